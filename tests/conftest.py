@@ -64,6 +64,7 @@ QUICK = (
     "compiler/test_partition.py::test_partitioning_twice_is_an_error",
     "compiler/test_partition.py::test_unknown_config_is_a_clear_error",
     "compiler/test_frontend.py::test_from_pytorch_rejects_bad_arguments",
+    "compiler/test_wide_kernel_convs.py::test_a_grouped_wide_kernel_keeps_its_groups",
     # flow: built, run and compared, in each precision, and the typed errors
     "flow/test_flow.py::test_standalone_primitives_and_prelu",
     "flow/test_flow.py::test_concat_split_and_channel_shuffle_run_on_the_bdma[1]",

@@ -37,7 +37,12 @@ result computes the same values).
   compute, a constant operand of lower rank (2 or more axes) the same with leading unit axes, a
   take at one constant index of a computed tensor a strided slice (ViT's class token for its
   head); a convolution strided wider than the CONV's register a one-hot space-to-depth convolution
-  then one of kernel k/f and stride s/f (ViT's 16x16 stride-16 patch embedding); a channels-last
+  then one of kernel k/f and stride s/f (ViT's 16x16 stride-16 patch embedding); a convolution
+  whose kernel is wider than the CONV's window one convolution of pieces of at most 32 taps over
+  the input's shifted copies stacked on channels (a one-hot depthwise convolution of the
+  zero-padded input), or a 1-D one strided beyond the register with S >= K / 32 the stride-1
+  convolution of its S phases as channels (a reshape and a transpose: ``wide_kernel_convs``);
+  a channels-last
   sandwich of NCHW data (ConvNeXt's block: permute to NHWC, layer norm, Linear, GELU, a
   per-channel scale, permute back) the same ops over the NCHW tensor's channels (layer norm over
   axis 1, a 1x1 conv), without the permutes; a squeeze or expand_dims the reshape to its shape; a
@@ -1322,6 +1327,210 @@ def wide_stride_convs(mod: tvm.IRModule) -> tvm.IRModule:
     """conv2d strided wider than the CONV's register -> a one-hot f x f stride-f conv2d then
     the conv2d of kernel k/f, stride s/f (the same products)."""
     return _rewrite_calls(mod, _WIDE_CONV, _wide_stride_conv)
+
+
+# A convolution whose kernel is wider than the CONV's weight window (audio front ends: a
+# pitch tracker's 512-tap first layer, a constant-Q spectrogram's 256- and 39-tap filters) ->
+# ONE convolution of a kernel B <= 32 over m = ceil(K / B) shifted copies of its input stacked
+# as channels: copy j is x (padded as the conv pads it) from column j B d on (d the dilation),
+# channel c m + j of the stack, and the weight W'[o, c m + j, u, b] = W[o, c, u, j B + b]
+# (0 where j B + b >= K). Output t sums W[o, c, u, jB + b] x[t S + (jB + b) d] over the same
+# taps as the original, in one accumulation (int8 keeps its int32 accumulator and one output
+# converter: no partial convolutions rounded apart); any stride works, since the shift is in
+# the input's coordinates, and groups keep each group's channels together (c-major). The
+# stack is one depthwise convolution of one-hot weights: m taps (per input channel, m
+# outputs, tap j of output j is 1) dilated B d, so tap j reads column j B d on, which
+# copies exactly (1 x; in int8 it keeps the input's codes: int8_plan._copies_codes). One
+# run, where m BDMA slices and a concat of them cost five times its cycles (a 512-tap conv
+# over 1,500 samples: 100 k against 21 k). The stack convolution also pads, as the conv
+# would (its padding register holds 31 per side: a wider padding, 'same' of a 512-tap
+# kernel is 255, comes first from depthwise 1x1 convolutions of ones that pad, one for a
+# row, read as rows of w samples: _zero_padded), and pads the tail the last copy reads past
+# x's end when m B > K. H is cut the same way, by the same convolution (its taps
+# m_H x m_W, output channel (c m_H + j_H) m_W + j_W). B is the
+# smallest width that keeps m and B d within the window and the dilation register; a
+# stride beyond the CONV's register also needs B to share a factor with it
+# (wide_stride_convs, after this, then cuts the stride).
+# A 1-D convolution strided beyond the register with S >= K / 32 (a constant-Q transform's
+# hops of 16 to 256 samples over 256 taps: Basic Pitch) is space-to-depth instead, by layout
+# alone: x [N, C, 1, L] (padded, cut to O' S samples, O' = O + q - 1, q = ceil(K / S)) read
+# as [N, C, O', S], its last two axes swapped (one BDMA transpose) and read as
+# [N, C S, 1, O'], then the stride-1 convolution of kernel q with W'[o, c S + p, 0, u] =
+# W[o, c, 0, u S + p]: output t sums W[o, c, 0, u S + p] x[(t + u) S + p], the same taps.
+# No stack of m copies and no one-hot convolution runs; nor does any stride limit bind (a
+# 400-tap filter bank's hop of 160).
+_WIDE_KERNEL_X, _WIDE_KERNEL_W = wildcard(), is_const()
+_WIDE_KERNEL_CONV = is_op("relax.nn.conv2d")(_WIDE_KERNEL_X, _WIDE_KERNEL_W)
+
+
+def _kernel_pieces(kernel: int, stride: int, dilation: int) -> Optional[Tuple[int, int]]:
+    """(m, B): ``kernel`` cut in m <= 32 pieces of B <= 32 taps (m B >= kernel, the fewest
+    pieces, then the narrowest), B ``dilation`` within the dilation register (the stack's
+    taps are B d apart); with a stride beyond the stride register, a B that
+    :func:`_phase_factor` can cut it by. None when no B does."""
+    from .._accel_ffi import lib
+
+    window, stride_limit = int(lib.ACCEL_MAX_CONV_KERNEL), int(lib.ACCEL_MAX_CONV_STRIDE)
+    widest = min(window, int(lib.ACCEL_MAX_CONV_DILATION) // dilation)
+    for pieces in range(-(-kernel // max(widest, 1)), window + 1):
+        for width in range(-(-kernel // pieces), widest + 1):
+            if _phase_factor(stride, width, stride_limit, window) is not None:
+                return -(-kernel // width), width
+    return None
+
+
+def _zero_padded(x: relax.Expr, padding: list, old: relax.Expr) -> relax.Expr:
+    """x [N, C, H, W] with ``padding`` (top, left, bottom, right) zeros around it, as
+    depthwise 1x1 convolutions of ones that pad (each at most the padding register per
+    side): exact copies (1 x, whose int8 weight is code 127 at scale 1 / 127). A row
+    (H = 1) padded wider than the register is read as rows of w samples (w dividing its
+    length) padded with whole rows: one convolution, not one per 31 samples (255 a side:
+    9), between two reshapes, then a slice drops the zeros beyond the padding."""
+    n, channels, height, length = _static(x)
+    dtype = str(x.ty.dtype)
+    ones = relax.const(np.ones((channels, 1, 1, 1), dtype=dtype))
+
+    def pad(data, widths):
+        return named_as(relax.op.nn.conv2d(data, ones, padding=widths, groups=channels,
+                                           data_layout="NCHW", kernel_layout="OIHW",
+                                           out_layout="NCHW", out_dtype=dtype), old)
+
+    limit, (_, left, _, right) = _pad_limit(), padding
+    rows = next((w for w in range(2, length + 1) if length % w == 0 and
+                 -(-left // w) <= limit and -(-right // w) <= limit), None) \
+        if height == 1 and max(left, right) > limit and not any(padding[::2]) else None
+    if rows is not None:
+        above, below = -(-left // rows), -(-right // rows)
+        data = pad(relax.op.reshape(x, [n, channels, length // rows, rows]),
+                   [above, 0, below, 0])
+        data = named_as(relax.op.reshape(
+            data, [n, channels, 1, (length // rows + above + below) * rows]), old)
+        start = above * rows - left
+        return named_as(relax.op.strided_slice(data, axes=[3], begin=[start],
+                                               end=[start + left + length + right]), old)
+    remaining = list(padding)
+    while any(remaining):
+        step = [min(v, limit) for v in remaining]
+        x = pad(x, step)
+        remaining = [v - s for v, s in zip(remaining, step)]
+    return x
+
+
+def _pad_limit() -> int:
+    from .._accel_ffi import lib
+
+    return int(lib.ACCEL_MAX_CONV_PAD)
+
+
+def _space_to_depth_1d(x: relax.Expr, weight: np.ndarray, padding: list, out_len: int,
+                       old: relax.Expr) -> relax.Expr:
+    """``old``, conv2d(x [N, C, 1, L], weight [O, C, 1, K]) of stride S along L and
+    ``padding``, as the stride-1 convolution of kernel q = ceil(K / S) over x's S phases as
+    channels (above); ``out_len``: its output's length O."""
+    n, channels, _, length = _static(x)
+    stride = int(old.attrs.strides[1])
+    out_ch, _, _, kernel = weight.shape
+    taps = -(-kernel // stride)
+    frames = out_len + taps - 1
+    padded = length + padding[1] + padding[3]
+    data = _zero_padded(x, [0, padding[1], 0, padding[3] + max(0, frames * stride - padded)],
+                        old)
+    if padded > frames * stride:  # the samples no output reads
+        data = named_as(relax.op.strided_slice(data, axes=[3], begin=[0],
+                                               end=[frames * stride]), old)
+    phases = named_as(relax.op.permute_dims(
+        relax.op.reshape(data, [n, channels, frames, stride]), [0, 1, 3, 2]), old)
+    data = named_as(relax.op.reshape(phases, [n, channels * stride, 1, frames]), old)
+    grown = np.pad(weight, [(0, 0), (0, 0), (0, 0), (0, taps * stride - kernel)])
+    cut = grown.reshape(out_ch, channels, taps, stride).transpose(0, 1, 3, 2)
+    dtype = str(x.ty.dtype)
+    return relax.op.nn.conv2d(
+        data, relax.const(np.ascontiguousarray(cut.reshape(out_ch, channels * stride, 1, taps))
+                          .astype(dtype)),
+        data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW", out_dtype=dtype)
+
+
+def _stacked_copies(x: relax.Expr, pieces: list, dilation: list, padding: list,
+                    old: relax.Expr) -> relax.Expr:
+    """x's copies shifted by j B d along each cut axis (``pieces``: (m, B) of H and W, m = 1
+    for an axis not cut), stacked on channels c-major, padded by ``padding`` (top, left,
+    bottom, right) first: the one-hot depthwise convolution (above), after the 1x1 ones for
+    what exceeds its padding register."""
+    first = [max(0, p - _pad_limit()) for p in padding]
+    data = _zero_padded(x, first, old)
+    (mh, bh), (mw, bw) = pieces
+    channels, dtype = _static(x)[1], str(x.ty.dtype)
+    onehot = np.zeros((channels, mh, mw, 1, mh, mw), dtype=dtype)
+    for jh in range(mh):
+        for jw in range(mw):
+            onehot[:, jh, jw, 0, jh, jw] = 1
+    return named_as(relax.op.nn.conv2d(
+        data, relax.const(onehot.reshape(channels * mh * mw, 1, mh, mw)),
+        padding=[p - f for p, f in zip(padding, first)],
+        dilation=(bh * dilation[0] if mh > 1 else 1, bw * dilation[1] if mw > 1 else 1),
+        groups=channels, data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
+        out_dtype=dtype), old)
+
+
+def _wide_kernel_conv(expr: relax.Expr, matches) -> relax.Expr:
+    from .._accel_ffi import lib
+
+    a = expr.attrs
+    x, weight = matches[_WIDE_KERNEL_X], constant_value(matches[_WIDE_KERNEL_W])
+    shape, out_shape = _static(x), _static(expr)
+    kernel_limit = int(lib.ACCEL_MAX_CONV_KERNEL)
+    groups = int(a.groups)
+    if str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "OIHW" or \
+            str(a.out_layout) != "NCHW" or shape is None or \
+            out_shape is None or len(shape) != 4 or weight.ndim != 4 or \
+            max(weight.shape[2:]) <= kernel_limit or \
+            str(x.ty.dtype) not in ("float32", "float16") or \
+            str(expr.ty.dtype) != str(x.ty.dtype):
+        return expr
+    strides, dilation = _int_list(a.strides), _int_list(a.dilation)
+    padding = _int_list(a.padding)
+    padding = padding * 2 if len(padding) == 2 else padding
+    if shape[2] == 1 and weight.shape[2] == 1 and padding[0] == padding[2] == 0 and \
+            strides[1] > int(lib.ACCEL_MAX_CONV_STRIDE) and dilation == [1, 1] and \
+            groups == 1 and -(-weight.shape[3] // strides[1]) <= kernel_limit:
+        return _space_to_depth_1d(x, weight, padding, out_shape[3], expr)
+    pieces = []  # (m, B) of H and W; (1, K) where the kernel fits
+    for i, k in enumerate(weight.shape[2:]):
+        cut = (1, k) if k <= kernel_limit else _kernel_pieces(k, strides[i], dilation[i])
+        if cut is None:
+            return expr
+        pieces.append(cut)
+    # a cut axis's padding goes to the stack, with the tail its last copy reads past x's end
+    stack_pad, own = [0, 0, 0, 0], list(padding)
+    for i, (m, width) in enumerate(pieces):
+        if m > 1:
+            span = (out_shape[2 + i] - 1) * strides[i] + (width - 1) * dilation[i] + 1
+            tail = max(0, (m - 1) * width * dilation[i] + span -
+                       (shape[2 + i] + padding[i] + padding[i + 2]))
+            stack_pad[i], stack_pad[i + 2] = padding[i], padding[i + 2] + tail
+            own[i] = own[i + 2] = 0
+    (mh, bh), (mw, bw) = pieces
+    # W [O, Cg, KH, KW] -> zero taps up to m B -> [O, Cg, mh, bh, mw, bw] -> the stack's
+    # channel order (c, j_H, j_W)
+    out_ch, channels, kh, kw = weight.shape
+    cut = np.pad(weight, [(0, 0), (0, 0), (0, mh * bh - kh), (0, mw * bw - kw)])
+    cut = cut.reshape(out_ch, channels, mh, bh, mw, bw).transpose(0, 1, 2, 4, 3, 5)
+    dtype = str(x.ty.dtype)
+    return relax.op.nn.conv2d(
+        _stacked_copies(x, pieces, dilation, stack_pad, expr),
+        relax.const(np.ascontiguousarray(cut.reshape(out_ch, channels * mh * mw, bh, bw))
+                    .astype(dtype)),
+        strides=strides, padding=own, dilation=dilation, groups=groups, data_layout="NCHW",
+        kernel_layout="OIHW", out_layout="NCHW", out_dtype=dtype)
+
+
+def wide_kernel_convs(mod: tvm.IRModule) -> tvm.IRModule:
+    """conv2d whose kernel is wider than the CONV's window (W, H or both) -> the conv2d of
+    B-wide pieces of the kernel over the input's shifted copies stacked as channels (a
+    one-hot depthwise convolution, after 1x1 ones for a padding wider than its register);
+    a 1-D one strided beyond the register, S >= K / 32, the stride-1 conv2d of its S phases
+    (a reshape and a transpose): the same products in one accumulation."""
+    return _rewrite_calls(mod, _WIDE_KERNEL_CONV, _wide_kernel_conv)
 
 
 # Constants computed at compile time: broadcast_to of a constant (ViT's class token expanded
@@ -3845,7 +4054,8 @@ EXACT_REWRITES = (identity_casts, identity_reshapes, constant_broadcasts_and_tak
                   unit_affines, softplus_from_formula, channel_broadcasts_as_convolutions,
                   softmax_rows, two_axis_swaps, identity_reshapes, max_pool_cascades,
                   global_max_pools,
-                  space_to_depth_convs, wide_stride_convs, channels_last_sandwiches,
+                  space_to_depth_convs, wide_kernel_convs, wide_stride_convs,
+                  channels_last_sandwiches,
                   permuted_flattens, constant_minus_tensor, tensor_minus_tensor,
                   negatives_as_scales,
                   layer_norm_shifts_into_convs, affines_into_convs, affines_into_next_convs,

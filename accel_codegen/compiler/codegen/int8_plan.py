@@ -5,9 +5,10 @@ order, since a run reads what earlier runs wrote:
 - a function input: the calibrated quantisation of its first int8 reader's use of it (the
   key it enters the code under); a constant element-wise operand its own range's;
 - a layer's output: its SDP's calibrated output before any pool (a conv or SDP), its input's
-  (a pool, a copy, a CDP), an int8 concat's one that covers every input (each copy then
-  rescales into it; where every input is a conv or SDP layer of the function read by the
-  concat alone, those layers write their outputs in it and the copies move codes:
+  (a pool, a copy, a CDP, a conv that only copies its input: ``_copies_codes``), an int8
+  concat's one that covers every input (each copy then rescales into it; where every input
+  is a conv or SDP layer of the function read by the concat alone, those layers write
+  their outputs in it and the copies move codes:
   ``concat_producers``), a deconvolution's its phases'; in mixed code a converting run's the
   one an int8 layer would have given it;
 - each run's converters (``int8.py``'s real-value model): the conv's weights folded and
@@ -326,7 +327,7 @@ class _FunctionQuant:
         tensors: Dict[int, TensorQuant] = {}
         out_quant, operand, converters = in_quant, None, None
         if layer.conv is not None or not s.empty():
-            out_quant = self.produced.get(key) or self.calibrated((key, pre_pool(layer)))
+            out_quant = _output_quant(self, run, layer, in_quant)
             h = h - self.shifts.leaned_back(run, layer, out_quant)  # a pool's lean
             operand, converters = self.sdp(run, layer, g, h, unit, out_quant, tensors)
             ops += 1
@@ -503,6 +504,29 @@ def _selects(layer: Layer) -> bool:
         return s.empty() and not layer.several_sources
     return s.act == "relu" and s.bias is None and s.batch_norm is None and \
         s.scale is None and s.ew_op is None
+
+
+def _output_quant(fq: _FunctionQuant, run: Run, layer: Layer,
+                  in_quant: TensorQuant) -> TensorQuant:
+    """A conv or SDP layer's output quantisation, before any pool: the one a reader chose
+    for it (``fq.produced``), its input's where it only copies it, else its calibrated one."""
+    return fq.produced.get(run.key) or (
+        in_quant if _copies_codes(layer, run, in_quant)
+        else fq.calibrated((run.key, pre_pool(layer))))
+
+
+def _copies_codes(layer: Layer, run: Run, in_quant: TensorQuant) -> bool:
+    """A conv that only copies its input's values (each output channel one weight of 1,
+    nothing after it: rewrites.wide_kernel_convs' stack of shifted copies and its padding, a
+    one-hot space-to-depth): its output keeps the input's quantisation, so the weight's code
+    127 at scale 1 / 127 gives each input code back and the values are rounded once."""
+    if layer.conv is None or not layer.sdp.empty() or layer.pool is not None or \
+            layer.branch is not None or isinstance(in_quant, ChannelQuant) or \
+            run.weights is None or not run.weights.constant:
+        return False
+    weights = run.weights.original.reshape(run.weights.original.shape[0], -1)
+    return bool(np.all(np.count_nonzero(weights, axis=1) == 1) and
+                np.all(weights.max(axis=1) == 1.0))
 
 
 def _plain(layer: Layer) -> bool:
