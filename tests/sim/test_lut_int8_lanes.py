@@ -659,3 +659,58 @@ def test_verbose_names_the_byte_form(tmp_path):
     counts = [(int(ln.split(",channels", 1)[1].split("_", 1)[0]), int(ln.rsplit("_byte_form", 1)[1]))
               for ln in lines]
     assert all(f == (c if _has_vbmi() else 0) for c, f in counts), lines
+
+
+def _depthwise_byte_form_case(act: str, size: int):
+    """A 3x3 depthwise conv whose only tap is the centre (weight 1, so v = the input code:
+    every v in [-128, 127] on each plane of 16x16 or more) with the compiler's tables at a shift
+    <= 8 (lut_vs_relu.py's converter), one channel per code change of the table with the change
+    at v = 0 (its bias), and eight channels past both ends of the tables (as _byte_form_case)."""
+    from accel_codegen.quantization import TensorQuant, encode_multipliers
+    from accel_codegen.quantization.lut import layer_lut
+    from accel_codegen.sim.reference import lut_int8, rhaz
+
+    out = TensorQuant(0.05, -20 if act == "silu" else -10)
+    acc_scale = 0.05 * 0.002
+    table = layer_lut(act, out, acc_scale, "test")
+    mul, rshift = encode_multipliers(np.full(1, acc_scale / table.input_step), "test")
+    s, m = int(rshift[0]), int(mul[0])
+    assert s <= 8
+    lut = table.lut
+    t = np.arange(lut.lo_start - (1 << 22), lut.lo_start + (257 << lut.lo_index_select) + (1 << 22),
+                  dtype=np.int64)
+    codes = np.clip(rhaz(lut_int8(t, lut).astype(np.int64), table.out_shift) + out.zero,
+                    -128, 127)
+    changes = t[1:][codes[1:] != codes[:-1]]
+    spread = np.linspace(changes[0] - (1 << 21), changes[-1] + (1 << 21), 8)
+    target = np.concatenate([changes, spread.astype(np.int64)])
+    cout = len(target)
+    bias = np.round(target * 2.0**s / m).astype(np.int64)
+    w = np.zeros((cout, 1, 3, 3), np.int8)
+    w[:, 0, 1, 1] = 1
+    rng = np.random.default_rng(size)
+    x = np.stack([rng.permutation(np.resize(np.arange(-128, 128, dtype=np.int8), size * size))
+                  for _ in range(cout)]).reshape(1, cout, size, size)
+    sdp = Sdp(bias=bias.astype(np.int32), mul=np.resize(mul, cout), rshift=np.resize(rshift, cout),
+              act=act, precision="int8", out_mul=1, out_shift=table.out_shift, out_zero=out.zero,
+              lut=lut)
+    return [Conv(w, precision="int8", in_zero=0, padding=1, groups=cout), sdp], x
+
+
+@pytest.mark.parametrize("size", [16, 40], ids=["small-planes", "bands"])
+@pytest.mark.parametrize("act", ["silu", "hardswish", "sigmoid"])
+def test_the_byte_form_in_depthwise_layers(act, size, monkeypatch):
+    """The depthwise rows kernel's LUT epilogue through the byte form (i8_dw_rows_vbmi.c's
+    codes_of_run_lut over bands and dws_lut_body over planes of at most 256 outputs, both by
+    conv/i8.h's lut_bytes_of with every channel lq): each code change of the compiler's table
+    crossed at its exact v on a channel of its own, both ends of the tables passed, against the
+    reference and the bins (ACCEL_SDP_I8_LUT=bins)."""
+    chain, x = _depthwise_byte_form_case(act, size)
+    expected = ref.run_chain(chain, x)
+    assert len(np.unique(expected)) > (15 if act == "sigmoid" else 100)
+    device = Device("nv_full", num_threads=1)
+    runs = 1 + -(-PLAN_ELEMENTS // expected.size)
+    for path in ("", "bins"):
+        monkeypatch.setenv("ACCEL_SDP_I8_LUT", path)
+        for _ in range(runs):  # the last ones through the kept plan
+            np.testing.assert_array_equal(device.run(chain, x)[0], expected)
