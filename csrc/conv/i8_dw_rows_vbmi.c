@@ -440,9 +440,7 @@ static inline __attribute__((always_inline)) void run_lut_body(
   __m512i TR[4 * (1 + 3 * 2)];
   const __m512i* T = NULL;
   if (Q && M >= 0 && M <= 2) {
-    for (int t = 0; t < 1 + 3 * M; ++t)
-      if (t % 3 != 0 || t == 0 || !((DC >> (t / 3 - 1)) & 1))
-        for (int q = 0; q < 4; ++q) TR[4 * t + q] = _mm512_loadu_si512(L->bytes->f[t] + 64 * q);
+    sdp_i8_lut_tables_to(L->bytes, M, DC, TR);
     T = TR;
   }
   for (int64_t i = 0; i < count; i += 64) {
@@ -457,13 +455,14 @@ static inline __attribute__((always_inline)) void run_lut_body(
 
 static void codes_of_run_lut(const sdp_i8_lane_cvt* e, const sdp_i8_lane_lut* L, const int32_t* v,
                              int8_t* y, int64_t count) {
-  const sdp_i8_lut_bytes* B = L->bytes;
-  const int dc = (B->dc[0] != 0) | (B->dc[1] != 0) << 1;
-  if (L->q && B->m == 1 && B->g == 1 && dc == 1) run_lut_body(e, L, v, y, count, 1, 1, 1, 1);
-  else if (L->q && B->m == 1 && B->g == 1 && dc == 0) run_lut_body(e, L, v, y, count, 1, 1, 1, 0);
-  else if (L->q && B->m == 2 && B->g == 1 && dc == 2) run_lut_body(e, L, v, y, count, 1, 2, 1, 2);
-  else if (L->q && B->m == 2 && B->g == 1 && dc == 0) run_lut_body(e, L, v, y, count, 1, 2, 1, 0);
-  else if (L->q) run_lut_body(e, L, v, y, count, 1, -1, -1, -1);
+  switch (L->q ? lut_bytes_shape(L->bytes) : -1) {
+#define LUT_SHAPE(M_, S_) \
+  case LUT_SHAPE_OF(M_, S_): run_lut_body(e, L, v, y, count, 1, M_, 1, S_); return;
+    LUT_SHAPES
+#undef LUT_SHAPE
+    default: break;
+  }
+  if (L->q) run_lut_body(e, L, v, y, count, 1, -1, -1, -1);
   else run_lut_body(e, L, v, y, count, 0, -1, -1, 0);
 }
 
