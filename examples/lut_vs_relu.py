@@ -127,8 +127,8 @@ def epilogue_layer(kind: str, act: str, size: int, rng):
     bias = rng.integers(-2000, 2000, channels).astype(np.int32)
     if act in ("relu", "none"):
         mul, rshift = encode_multipliers(np.full(channels, acc_scale / out.scale), "bench")
-        sdp = Sdp(bias=bias, mul=mul, rshift=rshift, act=act, precision="int8",
-                  out_zero=out.zero)
+        sdp = Sdp(bias=bias, mul=mul, rshift=rshift, act=None if act == "none" else act,
+                  precision="int8", out_zero=out.zero)
     else:
         table = layer_lut(act, out, acc_scale, "bench")
         mul, rshift = encode_multipliers(np.full(channels, acc_scale / table.input_step), "bench")
