@@ -393,8 +393,9 @@ static inline __mmask64 lut_masks64(__mmask16 a, __mmask16 b, __mmask16 c, __mma
 /* The codes of four vectors of 16 values v (rows e[0..3]'s: one row four times, or a packed
  * panel's vectors of several rows) through the byte tables: Q: the byte form (every row lq,
  * L->q), its thresholds outside the tables compared on v (G of them, -1: B->g); else u by
- * sdp_i8_lanes_lut_u. M: B->m, -1 where not a constant here; DC: the slots of one size of change
- * (sdp_i8_lut_bytes_core's), with Q only. */
+ * sdp_i8_lanes_lut_u. M: B->m, -1 where not a constant here; DC: the shortcuts taken (bits of
+ * B->shape: sdp_i8_lut_bytes_core's S; -1: B->shape at run time), with Q only; T: the tables
+ * in registers (sdp_i8_lut_tables_to), or NULL. */
 static inline __attribute__((always_inline)) __m512i lut_bytes_of(
     const sdp_i8_lane_lut* L, const sdp_i8_lane_cvt* const* e, const __m512i* v, const int Q,
     const int M, const int G, const int DC, const __m512i* T) {
@@ -417,7 +418,7 @@ static inline __attribute__((always_inline)) __m512i lut_bytes_of(
                                gm, bg < 2 ? bg : 2, M, DC, T);
 }
 
-/* panel_step_lut through the plan's byte tables (Q, M, G: lut_bytes_of's). The tables are the
+/* panel_step_lut through the plan's byte tables (Q, M, G, DC: lut_bytes_of's). The tables are the
  * layer's, the same for every row; only u is the row's. So a panel's rows of NR = 48 values
  * (the VNNI GEMM's panels) go four at a time: their 12 vectors through 3 lookups of 64 instead
  * of 4 (each lookup costs the same for 48 values as for 64), the codes stored as six masked
