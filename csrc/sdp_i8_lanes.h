@@ -168,6 +168,20 @@ typedef struct sdp_i8_lut_bytes {
   /* dc[k] != 0: every entry of D_k is dc[k] (a slot whose changes have one size; its unused
    * entries T 0, always passed, their dc[k] taken out of B), so no lookup of D_k */
   uint8_t dc[SDP_I8_LUT_BYTES_M];
+  /* Two more shortcuts a kernel may take (or not: the tables below hold them too), each saving
+   * byte permutes, which Intel cores run at one 256-entry lookup per four shuffle-port cycles
+   * (two uops each vpermi2b):
+   * region D (shape bit 4 + k): D_k[j] = j >= jr[k] ? dhi[k] : dlo[k] for every j (a slot
+   * whose changes are dlo below interval jr and dhi from it: SiLU's and hardswish's first slot,
+   * -1 then +1 about their minimum; its unused entries T 0 with that D, taken out of B), so D_k
+   * is a compare of j and a blend instead of a lookup;
+   * window (shape bit 8 + k): T_k (and D_k, unless dc or region) are 0 outside the 128
+   * intervals [w0[k], w0[k] + 128), so each is one vpermi2b of j - w0[k] zeroed outside them,
+   * no second permute and no blend (SiLU's second slot: five intervals of 115..181). */
+  uint8_t jr[SDP_I8_LUT_BYTES_M], dlo[SDP_I8_LUT_BYTES_M], dhi[SDP_I8_LUT_BYTES_M];
+  uint8_t w0[SDP_I8_LUT_BYTES_M];
+  /* bit k: dc[k] != 0; bit 4 + k: region D; bit 8 + k: window (sdp_i8_lut_bytes_core's S) */
+  int32_t shape;
   /* [0]: B; [1 + 3k]: T_k's low byte, [2 + 3k]: its high byte, [3 + 3k]: D_k */
   uint8_t f[1 + 3 * SDP_I8_LUT_BYTES_M][256];
 } sdp_i8_lut_bytes;
@@ -470,6 +484,18 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes_at(const u
   return _mm512_mask_mov_epi8(r0, top, r1);
 }
 
+/* Table f's 128 entries from w0 at the 64 indices jw = j - w0 (modulo 256), 0 where jw >= 128
+ * (in: jw < 128): a window's lookup (sdp_i8_lut_bytes.w0), from memory or (t != NULL) from its
+ * two vectors in registers. */
+static inline __attribute__((always_inline)) __m512i sdp_i8_lut_window_at(const uint8_t* f,
+                                                                          const __m512i* t,
+                                                                          __m512i jw,
+                                                                          __mmask64 in) {
+  return t != NULL ? _mm512_maskz_permutex2var_epi8(in, t[0], jw, t[1])
+                   : _mm512_maskz_permutex2var_epi8(in, _mm512_loadu_si512(f), jw,
+                                                    _mm512_loadu_si512(f + 64));
+}
+
 /* Table f at the 64 indices j from its four vectors t[0..3] (already in registers). */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lut_regs_at(const __m512i* t,
                                                                         __m512i j,
@@ -479,16 +505,35 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lut_regs_at(const __
   return _mm512_mask_mov_epi8(r0, top, r1);
 }
 
+/* The tables sdp_i8_lut_bytes_core reads with M slots and shortcuts S (both known, M <= 2),
+ * into T (4 (1 + 3 M) vectors): a kernel keeps them in registers over its rows (its int8
+ * stores could alias the tables, so the compiler would load them again for every 64 codes). */
+static inline __attribute__((always_inline)) void sdp_i8_lut_tables_to(const sdp_i8_lut_bytes* B,
+                                                                       const int M, const int S,
+                                                                       __m512i* T) {
+  for (int q = 0; q < 4; ++q) T[q] = _mm512_loadu_si512(B->f[0] + 64 * q);
+  for (int k = 0; k < M; ++k)
+    for (int t = 1 + 3 * k; t < 4 + 3 * k; ++t) {
+      if (t == 3 + 3 * k && (((S >> k) | (S >> (4 + k))) & 1)) continue; /* no D lookup */
+      const int window = (S >> (8 + k)) & 1;
+      for (int q = 0; q < (window ? 2 : 4); ++q)
+        T[4 * t + q] = _mm512_loadu_si512(B->f[t] + (window ? B->w0[k] : 0) + 64 * q);
+    }
+}
+
 /* The 64 codes of four vectors w in [0, u_hi] (values 0-15, ..., 48-63) through the byte
  * tables B: by = 0, w = u (shifted by B->up), interval j its byte 2 and offset o its bytes 0-1;
  * by = 1, w = Q of the byte form (sdp_i8_lanes_lut_q, B->up 0: u in Q's bytes 1-3, so no shift
  * of u at all). gm: the outside thresholds' masks, already known (lane i of mask k: u >= gt_k).
- * M: B->m where the caller knows it (its loops unrolled), else -1; DC likewise the slots with
- * one size of change (bit k: B->dc[k] != 0), else -1. */
+ * M: B->m where the caller knows it (its loops unrolled), else -1; DC likewise the shortcuts
+ * it takes (bits of B->shape: a subset of them, as the tables hold every entry either way),
+ * else -1: B->shape. T: the tables in registers (four vectors each; a window's two, from
+ * f + w0), or NULL. */
 static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes_core(
     const sdp_i8_lut_bytes* B, __m512i u0, __m512i u1, __m512i u2, __m512i u3, const int by,
     const __mmask64* gm, int bg, const int M, const int DC, const __m512i* T) {
   const int bm = M >= 0 ? M : B->m;
+  const int S = DC >= 0 ? DC : B->shape;
   /* bytes by and by + 1 of 32 lanes by one permute (the low bytes in its lower half, the high
    * ones in its upper), the two halves of values joined by vshufi64x2: four operations for ol
    * and oh, where sdp_i8_byte_of per byte took six */
@@ -508,11 +553,27 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes_core(
   (T != NULL ? sdp_i8_lut_regs_at(T + 4 * (t), j, top) : sdp_i8_lut_bytes_at(B->f[t], j, top))
   __m512i code = SDP_I8_LUT_AT(0);
   for (int k = 0; k < bm; ++k) {
-    const __m512i tl = SDP_I8_LUT_AT(1 + 3 * k);
-    const __m512i th = SDP_I8_LUT_AT(2 + 3 * k);
-    const __m512i d = (DC >= 0 ? (DC >> k) & 1 : B->dc[k] != 0)
-                          ? _mm512_set1_epi8((char)B->dc[k])
-                          : SDP_I8_LUT_AT(3 + 3 * k);
+    __m512i tl, th, d;
+    if ((S >> (8 + k)) & 1) { /* a window: one permute a table */
+      const __m512i jw = _mm512_sub_epi8(j, _mm512_set1_epi8((char)B->w0[k]));
+      const __mmask64 in = _mm512_cmplt_epu8_mask(jw, _mm512_set1_epi8((char)128));
+#define SDP_I8_LUT_WIN(t) \
+  sdp_i8_lut_window_at(B->f[t] + B->w0[k], T != NULL ? T + 4 * (t) : NULL, jw, in)
+      tl = SDP_I8_LUT_WIN(1 + 3 * k);
+      th = SDP_I8_LUT_WIN(2 + 3 * k);
+      d = ((S >> k) | (S >> (4 + k))) & 1 ? _mm512_setzero_si512() : SDP_I8_LUT_WIN(3 + 3 * k);
+#undef SDP_I8_LUT_WIN
+    } else {
+      tl = SDP_I8_LUT_AT(1 + 3 * k);
+      th = SDP_I8_LUT_AT(2 + 3 * k);
+      d = ((S >> k) | (S >> (4 + k))) & 1 ? _mm512_setzero_si512() : SDP_I8_LUT_AT(3 + 3 * k);
+    }
+    if ((S >> k) & 1) /* one size of change */
+      d = _mm512_set1_epi8((char)B->dc[k]);
+    else if ((S >> (4 + k)) & 1) /* two regions of j */
+      d = _mm512_mask_blend_epi8(_mm512_cmpge_epu8_mask(j, _mm512_set1_epi8((char)B->jr[k])),
+                                 _mm512_set1_epi8((char)B->dlo[k]),
+                                 _mm512_set1_epi8((char)B->dhi[k]));
 #undef SDP_I8_LUT_AT
     /* o >= T: the high bytes above, or equal and the low bytes at least */
     const __mmask64 pass = _mm512_cmpgt_epu8_mask(oh, th) |

@@ -253,6 +253,46 @@ static int bytes_build(const struct sdp_i8_lut_plan* P, sdp_i8_lut_bytes* B) {
         }
       B->dc[k] = (uint8_t)c;
     }
+    /* a slot whose changes are dlo below interval jr and dhi from it (SiLU's and hardswish's
+     * first: -1 then +1 about their minimum) needs no D lookup either: its unused entries
+     * become T 0 with the D of their region, taken out of B (sdp_i8_lut_bytes.jr) */
+    for (int k = 0; k < B->m; ++k) {
+      if (B->dc[k] != 0) continue;
+      int n_lo = 0, jr = -1, ok_r = 1;
+      uint8_t dlo = 0, dhi = 0;
+      for (int j = 0; j < 256 && ok_r; ++j) {
+        if ((B->f[1 + 3 * k][j] | B->f[2 + 3 * k][j]) == 0) continue;
+        const uint8_t d = B->f[3 + 3 * k][j];
+        if (n_lo++ == 0) dlo = d;
+        else if (jr < 0 && d != dlo) jr = j, dhi = d;
+        else ok_r = d == (jr < 0 ? dlo : dhi);
+      }
+      if (!ok_r || jr < 0) continue;
+      for (int j = 0; j < 256; ++j)
+        if ((B->f[1 + 3 * k][j] | B->f[2 + 3 * k][j]) == 0) {
+          B->f[3 + 3 * k][j] = j >= jr ? dhi : dlo;
+          B->f[0][j] = (uint8_t)(B->f[0][j] - B->f[3 + 3 * k][j]);
+        }
+      B->jr[k] = (uint8_t)jr;
+      B->dlo[k] = dlo;
+      B->dhi[k] = dhi;
+      B->shape |= 1 << (4 + k);
+    }
+    /* a slot whose used entries lie in 128 consecutive intervals: a window (SiLU's second) */
+    for (int k = 0; k < B->m; ++k) {
+      const int own_d = B->dc[k] == 0 && !((B->shape >> (4 + k)) & 1);
+      int lo = 256, hi = -1;
+      for (int j = 0; j < 256; ++j)
+        if ((B->f[1 + 3 * k][j] | B->f[2 + 3 * k][j] | (own_d ? B->f[3 + 3 * k][j] : 0)) != 0) {
+          lo = j < lo ? j : lo;
+          hi = j;
+        }
+      const int w0 = lo < 128 ? lo : 128;
+      if (hi < 0 || hi >= w0 + 128) continue;
+      B->w0[k] = (uint8_t)w0;
+      B->shape |= 1 << (8 + k);
+    }
+    for (int k = 0; k < B->m; ++k) B->shape |= (B->dc[k] != 0) << k;
   }
   /* checked where either form's code can change: the changes, the intervals' starts, the ends */
   const int64_t bottom = (int64_t)P->t_lo - B->origin, top = (int64_t)P->t_hi - B->origin;
@@ -399,12 +439,13 @@ static struct sdp_i8_lut_plan* plan_build(const sdp_i8* p, int bins_only) {
 #endif
   if (conv_verbose()) { /* ACCEL_VERBOSE: which path converts the LUT layer */
     /* bytes: the byte tables' changes per interval, -1 without them; g: their thresholds
-     * outside the intervals' slots (a compare of the four vectors each) */
+     * outside the intervals' slots (a compare of the four vectors each); s: their shortcuts
+     * (sdp_i8_lut_bytes.shape, hexadecimal) */
     fprintf(stderr,
-            "accel_verbose,sdp,int8,lut_plan,bins%lld_w%d_changes%lld_bytes%d_g%d_multi%lld\n",
+            "accel_verbose,sdp,int8,lut_plan,bins%lld_w%d_changes%lld_bytes%d_g%d_s%x_multi%lld\n",
             (long long)count, w, (long long)(changes - multi),
             plan->bytes != NULL ? plan->bytes->m : -1, plan->bytes != NULL ? plan->bytes->g : 0,
-            (long long)multi);
+            plan->bytes != NULL ? (unsigned)plan->bytes->shape : 0u, (long long)multi);
   }
   return plan;
 }

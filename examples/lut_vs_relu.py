@@ -19,6 +19,7 @@ per output includes its convolution, so the LUT / ReLU ratio of the epilogues al
 than the ratio printed; the difference is the LUT's extra cost per element.
 
     python examples/lut_vs_relu.py [--rounds 7] [--no-convs] [--epilogues]
+    python examples/lut_vs_relu.py --dump-epilogues /tmp/layers.txt  (lut_epilogue_time.c's input)
 """
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def convs(rounds: int) -> None:
 
 def epilogue_layer(kind: str, act: str, size: int, rng):
     """One int8 conv + SDP layer (kind "1x1": 4 -> 64 channels; "dw": 64 channels, 3x3
-    depthwise) with ReLU's converter or the compiler's tables for ``act``, and its input."""
+    depthwise) with ReLU's converter (act "relu"; "none": the same converter without the
+    clamp) or the compiler's tables for ``act``, and its input."""
     from accel_codegen import Conv, Sdp
     from accel_codegen.quantization import TensorQuant, encode_multipliers
     from accel_codegen.quantization.lut import layer_lut
@@ -121,12 +123,12 @@ def epilogue_layer(kind: str, act: str, size: int, rng):
         w = rng.integers(-127, 128, (channels, 1, 3, 3)).astype(np.int8)
         conv = dict(padding=1, groups=channels)
     acc_scale = 0.05 * 0.002
-    out = TensorQuant(0.05, -20 if act == "silu" else 0 if act == "relu" else -10)
+    out = TensorQuant(0.05, -20 if act == "silu" else 0 if act in ("relu", "none") else -10)
     bias = rng.integers(-2000, 2000, channels).astype(np.int32)
-    if act == "relu":
+    if act in ("relu", "none"):
         mul, rshift = encode_multipliers(np.full(channels, acc_scale / out.scale), "bench")
-        sdp = Sdp(bias=bias, mul=mul, rshift=rshift, act="relu", precision="int8",
-                  out_zero=out.zero)
+        sdp = Sdp(bias=bias, mul=mul, rshift=rshift, act=None if act == "none" else act,
+                  precision="int8", out_zero=out.zero)
     else:
         table = layer_lut(act, out, acc_scale, "bench")
         mul, rshift = encode_multipliers(np.full(channels, acc_scale / table.input_step), "bench")
@@ -138,11 +140,11 @@ def epilogue_layer(kind: str, act: str, size: int, rng):
 
 def epilogues(rounds: int, calls: int) -> None:
     device = Device("nv_full", num_threads=1)
-    acts = ("relu",) + tuple(name.removeprefix("int8_") for name in LUT_OPS)
+    acts = ("relu", "none") + tuple(name.removeprefix("int8_") for name in LUT_OPS)
     cases = {(kind, act, path): [epilogue_layer(kind, act, size, np.random.default_rng(0))
                                  for size in (112, 8)]
              for kind in ("1x1", "dw") for act in acts
-             for path in (("plan",) if act == "relu" else ("plan", "bins"))}
+             for path in (("plan",) if act in ("relu", "none") else ("plan", "bins"))}
     outputs = 64 * (112 * 112 - 8 * 8)
     ns = {c: [] for c in cases}
     for r in range(rounds + 1):  # round 0 warms up (and plans the LUTs)
@@ -157,9 +159,32 @@ def epilogues(rounds: int, calls: int) -> None:
           f"without its byte tables: a gather per 16 values)")
     for kind, act, path in cases:
         relu = statistics.median(ns[(kind, "relu", "plan")])
+        none = statistics.median(ns[(kind, "none", "plan")])
         m = statistics.median(ns[(kind, act, path)])
         print(f"  {kind:4s} {act:10s} {path:5s} {m:6.3f} ns  {m / relu:5.2f}x relu  "
-              f"(+{m - relu:6.3f} ns over relu)")
+              f"(+{m - relu:6.3f} ns over relu, +{m - none:6.3f} over none)")
+    print("  (none: ReLU's converter without its clamp, so \"over none\" is each epilogue's cost "
+          "beyond the common converter's; the epilogues alone, without the convolution: "
+          "examples/lut_epilogue_time.c)")
+
+
+def dump_epilogues(path: str) -> None:
+    """The 1x1 layers of --epilogues (acts relu, none, silu, hardswish, sigmoid) for
+    examples/lut_epilogue_time.c: per layer a line of act code, out_mul, out_shift, out_zero and
+    the table's word count, the table's words (accel_lut_int8's memory; zeros without a LUT),
+    then the 64 channels' bias, mul and rshift, then the first 384 accumulators of each channel
+    (sum over the 4 input channels of w (x - in_zero): the GEMM's int32 values)."""
+    codes = {"none": 0, "relu": 1, "sigmoid": 4, "silu": 6, "hardswish": 7}
+    with open(path, "w") as f:
+        for act in ("relu", "none", "silu", "hardswish", "sigmoid"):
+            (conv, sdp), x = epilogue_layer("1x1", act, 112, np.random.default_rng(0))
+            v = conv.weights.reshape(64, 4).astype(np.int64) @ (
+                x.reshape(4, -1).astype(np.int64) - conv.in_zero)
+            words = sdp.lut.words() if sdp.lut is not None else np.zeros(169, np.int32)
+            head = [codes[act], int(sdp.out_mul or 0), int(sdp.out_shift or 0),
+                    int(sdp.out_zero or 0), len(words)]
+            for row in (head, words, sdp.bias, sdp.mul, sdp.rshift, v[:, :384].reshape(-1)):
+                f.write(" ".join(str(int(a)) for a in np.asarray(row).reshape(-1)) + "\n")
 
 
 def main() -> None:
@@ -169,7 +194,12 @@ def main() -> None:
     ap.add_argument("--no-convs", action="store_true")
     ap.add_argument("--epilogues", action="store_true",
                     help="only the conv epilogue per element (1x1 and depthwise layers)")
+    ap.add_argument("--dump-epilogues", metavar="FILE",
+                    help="write the 1x1 layers for examples/lut_epilogue_time.c and stop")
     args = ap.parse_args()
+    if args.dump_epilogues:
+        dump_epilogues(args.dump_epilogues)
+        return
     print(f"load average {os.getloadavg()[0]:.2f} at the start")
     if args.epilogues:
         epilogues(args.rounds, args.calls)

@@ -393,8 +393,9 @@ static inline __mmask64 lut_masks64(__mmask16 a, __mmask16 b, __mmask16 c, __mma
 /* The codes of four vectors of 16 values v (rows e[0..3]'s: one row four times, or a packed
  * panel's vectors of several rows) through the byte tables: Q: the byte form (every row lq,
  * L->q), its thresholds outside the tables compared on v (G of them, -1: B->g); else u by
- * sdp_i8_lanes_lut_u. M: B->m, -1 where not a constant here; DC: the slots of one size of change
- * (sdp_i8_lut_bytes_core's), with Q only. */
+ * sdp_i8_lanes_lut_u. M: B->m, -1 where not a constant here; DC: the shortcuts taken (bits of
+ * B->shape: sdp_i8_lut_bytes_core's S; -1: B->shape at run time), with Q only; T: the tables
+ * in registers (sdp_i8_lut_tables_to), or NULL. */
 static inline __attribute__((always_inline)) __m512i lut_bytes_of(
     const sdp_i8_lane_lut* L, const sdp_i8_lane_cvt* const* e, const __m512i* v, const int Q,
     const int M, const int G, const int DC, const __m512i* T) {
@@ -417,7 +418,7 @@ static inline __attribute__((always_inline)) __m512i lut_bytes_of(
                                gm, bg < 2 ? bg : 2, M, DC, T);
 }
 
-/* panel_step_lut through the plan's byte tables (Q, M, G: lut_bytes_of's). The tables are the
+/* panel_step_lut through the plan's byte tables (Q, M, G, DC: lut_bytes_of's). The tables are the
  * layer's, the same for every row; only u is the row's. So a panel's rows of NR = 48 values
  * (the VNNI GEMM's panels) go four at a time: their 12 vectors through 3 lookups of 64 instead
  * of 4 (each lookup costs the same for 48 values as for 64), the codes stored as six masked
@@ -437,9 +438,7 @@ static inline __attribute__((always_inline)) void panel_step_lut_bytes(
   __m512i TR[4 * (1 + 3 * 2)];
   const __m512i* T = NULL;
   if (Q && M >= 0 && M <= 2) {
-    for (int t = 0; t < 1 + 3 * M; ++t)
-      if (t % 3 != 0 || t == 0 || !((DC >> (t / 3 - 1)) & 1))
-        for (int q = 0; q < 4; ++q) TR[4 * t + q] = _mm512_loadu_si512(L.bytes->f[t] + 64 * q);
+    sdp_i8_lut_tables_to(L.bytes, M, DC, TR);
     T = TR;
   }
   int64_t m = 0;
@@ -475,6 +474,28 @@ static inline __attribute__((always_inline)) void panel_step_lut_bytes(
 }
 #endif
 
+/* The byte tables' shapes the kernels have unrolled (M slots, one outside threshold, the
+ * shortcuts S of sdp_i8_lut_bytes.shape they take): sigmoid's (one slot of one size of change),
+ * hardswish's (one slot, D in two regions of j), SiLU's (two: D in two regions, then a slot of
+ * one size in a window), and the same without the shortcuts the tables of other scales may
+ * lack. */
+#define LUT_SHAPE_OF(M_, S_) ((M_) << 12 | (S_))
+#define LUT_SHAPES                                                                              \
+  LUT_SHAPE(1, 0x001) LUT_SHAPE(1, 0x010) LUT_SHAPE(1, 0x000) LUT_SHAPE(2, 0x212)              \
+  LUT_SHAPE(2, 0x012) LUT_SHAPE(2, 0x002) LUT_SHAPE(2, 0x000)
+
+/* The unrolled shape (LUT_SHAPE_OF) that byte tables B run through: the first of LUT_SHAPES
+ * with B's slots and one outside threshold whose shortcuts B has (a subset of B->shape: every
+ * table is whole either way), or -1: the loops over B->m and B->g. */
+static inline int lut_bytes_shape(const sdp_i8_lut_bytes* B) {
+  if (B->g != 1) return -1;
+#define LUT_SHAPE(M_, S_) \
+  if (B->m == (M_) && (B->shape & (S_)) == (S_)) return LUT_SHAPE_OF(M_, S_);
+  LUT_SHAPES
+#undef LUT_SHAPE
+  return -1;
+}
+
 /* panel_step for a LUT activation (E->lut): 64 values of each row from column i. */
 static inline __attribute__((always_inline)) void panel_step_lut(const panel_codes* E,
                                                                   const int32_t* c, int64_t ldc,
@@ -483,16 +504,15 @@ static inline __attribute__((always_inline)) void panel_step_lut(const panel_cod
 #ifdef __AVX512VBMI__
   const sdp_i8_lut_bytes* B = E->lut->bytes;
   if (B != NULL) { /* the plan's byte tables: no gathers; the compiler's tables' shapes unrolled */
-    const int q = E->lut->q, dc = (B->dc[0] != 0) | (B->dc[1] != 0) << 1;
-    if (q && B->m == 1 && B->g == 1 && dc == 1)
-      panel_step_lut_bytes(E, c, ldc, i, panel, corr, 1, 1, 1, 1);
-    else if (q && B->m == 1 && B->g == 1 && dc == 0)
-      panel_step_lut_bytes(E, c, ldc, i, panel, corr, 1, 1, 1, 0);
-    else if (q && B->m == 2 && B->g == 1 && dc == 2)
-      panel_step_lut_bytes(E, c, ldc, i, panel, corr, 1, 2, 1, 2);
-    else if (q && B->m == 2 && B->g == 1 && dc == 0)
-      panel_step_lut_bytes(E, c, ldc, i, panel, corr, 1, 2, 1, 0);
-    else if (q)
+    const int q = E->lut->q;
+    switch (q ? lut_bytes_shape(B) : -1) {
+#define LUT_SHAPE(M_, S_) \
+  case LUT_SHAPE_OF(M_, S_): panel_step_lut_bytes(E, c, ldc, i, panel, corr, 1, M_, 1, S_); return;
+      LUT_SHAPES
+#undef LUT_SHAPE
+      default: break;
+    }
+    if (q)
       panel_step_lut_bytes(E, c, ldc, i, panel, corr, 1, -1, -1, -1);
     else if (B->m == 1 && B->g == 1)
       panel_step_lut_bytes(E, c, ldc, i, panel, corr, 0, 1, 1, 0);

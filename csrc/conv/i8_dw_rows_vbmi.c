@@ -390,63 +390,80 @@ static inline __attribute__((always_inline)) void dws_codes_body(
 }
 
 /* dws_codes_body for a LUT activation through its plan's byte tables (sdp_i8_lut_bytes): each
- * vector's t offsets from the channel's converter, 64 codes from the tables. */
+ * vector's t offsets from the channel's converter, 64 codes from the tables. Q: the byte form
+ * (L->q: every channel has it, sdp_i8_lanes_lut_q), whose front is four operations a vector
+ * where the u form's is six to seven, and the tables' clamp of w goes (conv/i8.h's
+ * lut_bytes_of). */
 static inline __attribute__((always_inline)) void dws_lut_body(
-    const int64_t KH, const int64_t NQ, const dws_entry* tab, int64_t ohw, const int8_t* src,
-    const __m512i* wv, __m512i init, __m512i padu, const sdp_i8_lane_cvt* cvt,
+    const int64_t KH, const int64_t NQ, const int Q, const dws_entry* tab, int64_t ohw,
+    const int8_t* src, const __m512i* wv, __m512i init, __m512i padu, const sdp_i8_lane_cvt* cvt,
     const sdp_i8_lane_lut* L, int8_t* y) {
   const int64_t nvec = (ohw + 15) / 16;
+  const sdp_i8_lane_cvt* const es[4] = {cvt, cvt, cvt, cvt};
   __m512i x = _mm512_setzero_si512();
   for (int64_t v = 0; v < nvec; v += 4) {
-    const __m512i u0 =
-        sdp_i8_lanes_lut_u(cvt, L, dws_vector(tab, KH, NQ, v, src, wv, init, padu, &x));
-    __m512i u1 = u0, u2 = u0, u3 = u0; /* past the plane: codes not stored */
-    if (v + 1 < nvec)
-      u1 = sdp_i8_lanes_lut_u(cvt, L, dws_vector(tab, KH, NQ, v + 1, src, wv, init, padu, &x));
-    if (v + 2 < nvec)
-      u2 = sdp_i8_lanes_lut_u(cvt, L, dws_vector(tab, KH, NQ, v + 2, src, wv, init, padu, &x));
-    if (v + 3 < nvec)
-      u3 = sdp_i8_lanes_lut_u(cvt, L, dws_vector(tab, KH, NQ, v + 3, src, wv, init, padu, &x));
+    __m512i a[4];
+    a[0] = dws_vector(tab, KH, NQ, v, src, wv, init, padu, &x);
+    a[1] = a[2] = a[3] = a[0]; /* past the plane: codes not stored */
+    if (v + 1 < nvec) a[1] = dws_vector(tab, KH, NQ, v + 1, src, wv, init, padu, &x);
+    if (v + 2 < nvec) a[2] = dws_vector(tab, KH, NQ, v + 2, src, wv, init, padu, &x);
+    if (v + 3 < nvec) a[3] = dws_vector(tab, KH, NQ, v + 3, src, wv, init, padu, &x);
     const int64_t n = ohw - 16 * v;
     const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
-    _mm512_mask_storeu_epi8(y + 16 * v, keep, sdp_i8_lut_bytes64(L->bytes, u0, u1, u2, u3));
+    _mm512_mask_storeu_epi8(y + 16 * v, keep, lut_bytes_of(L, es, a, Q, -1, -1, -1, NULL));
   }
 }
 
-static void dws_lut_3(int64_t kh, int64_t nq, const dws_entry* tab, int64_t ohw, const int8_t* src,
-                      const __m512i* wv, __m512i init, __m512i padu, const sdp_i8_lane_cvt* cvt,
-                      const sdp_i8_lane_lut* L, int8_t* y) {
-  (void)kh, (void)nq;
-  dws_lut_body(3, 1, tab, ohw, src, wv, init, padu, cvt, L, y);
-}
-static void dws_lut_5(int64_t kh, int64_t nq, const dws_entry* tab, int64_t ohw, const int8_t* src,
-                      const __m512i* wv, __m512i init, __m512i padu, const sdp_i8_lane_cvt* cvt,
-                      const sdp_i8_lane_lut* L, int8_t* y) {
-  (void)kh, (void)nq;
-  dws_lut_body(5, 2, tab, ohw, src, wv, init, padu, cvt, L, y);
-}
-static void dws_lut_any(int64_t kh, int64_t nq, const dws_entry* tab, int64_t ohw,
-                        const int8_t* src, const __m512i* wv, __m512i init, __m512i padu,
-                        const sdp_i8_lane_cvt* cvt, const sdp_i8_lane_lut* L, int8_t* y) {
-  dws_lut_body(kh, nq, tab, ohw, src, wv, init, padu, cvt, L, y);
-}
+#define DWS_LUT(NAME, KH_, NQ_, Q_)                                                            \
+  static void NAME(int64_t kh, int64_t nq, const dws_entry* tab, int64_t ohw,                 \
+                   const int8_t* src, const __m512i* wv, __m512i init, __m512i padu,           \
+                   const sdp_i8_lane_cvt* cvt, const sdp_i8_lane_lut* L, int8_t* y) {          \
+    (void)kh, (void)nq;                                                                        \
+    dws_lut_body(KH_, NQ_, Q_, tab, ohw, src, wv, init, padu, cvt, L, y);                     \
+  }
+DWS_LUT(dws_lut_3, 3, 1, 0)
+DWS_LUT(dws_lut_5, 5, 2, 0)
+DWS_LUT(dws_lut_any, kh, nq, 0)
+DWS_LUT(dws_lut_3_q, 3, 1, 1)
+DWS_LUT(dws_lut_5_q, 5, 2, 1)
+DWS_LUT(dws_lut_any_q, kh, nq, 1)
+#undef DWS_LUT
 
 /* A band's int32 values v (count of them) of channel converter e as LUT codes through the
- * plan's byte tables: 64 a step. */
-static void codes_of_run_lut(const sdp_i8_lane_cvt* e, const sdp_i8_lane_lut* L, const int32_t* v,
-                             int8_t* y, int64_t count) {
+ * plan's byte tables, 64 a step (Q, M, G, DC: conv/i8.h's lut_bytes_of; with the byte form
+ * and the compiler's shapes the tables stay in registers over the band, as in
+ * panel_step_lut_bytes). */
+static inline __attribute__((always_inline)) void run_lut_body(
+    const sdp_i8_lane_cvt* e, const sdp_i8_lane_lut* L, const int32_t* v, int8_t* y,
+    int64_t count, const int Q, const int M, const int G, const int DC) {
+  const sdp_i8_lane_cvt* const es[4] = {e, e, e, e};
+  __m512i TR[4 * (1 + 3 * 2)];
+  const __m512i* T = NULL;
+  if (Q && M >= 0 && M <= 2) {
+    sdp_i8_lut_tables_to(L->bytes, M, DC, TR);
+    T = TR;
+  }
   for (int64_t i = 0; i < count; i += 64) {
     const int64_t n = count - i;
-    const __m512i u0 = sdp_i8_lanes_lut_u(e, L, _mm512_maskz_loadu_epi32(lane_mask(n), v + i));
-    const __m512i u1 =
-        sdp_i8_lanes_lut_u(e, L, _mm512_maskz_loadu_epi32(lane_mask(n - 16), v + i + 16));
-    const __m512i u2 =
-        sdp_i8_lanes_lut_u(e, L, _mm512_maskz_loadu_epi32(lane_mask(n - 32), v + i + 32));
-    const __m512i u3 =
-        sdp_i8_lanes_lut_u(e, L, _mm512_maskz_loadu_epi32(lane_mask(n - 48), v + i + 48));
+    __m512i a[4];
+    for (int r = 0; r < 4; ++r)
+      a[r] = _mm512_maskz_loadu_epi32(lane_mask(n - 16 * r), v + i + 16 * r);
     const __mmask64 keep = n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
-    _mm512_mask_storeu_epi8(y + i, keep, sdp_i8_lut_bytes64(L->bytes, u0, u1, u2, u3));
+    _mm512_mask_storeu_epi8(y + i, keep, lut_bytes_of(L, es, a, Q, M, G, DC, T));
   }
+}
+
+static void codes_of_run_lut(const sdp_i8_lane_cvt* e, const sdp_i8_lane_lut* L, const int32_t* v,
+                             int8_t* y, int64_t count) {
+  switch (L->q ? lut_bytes_shape(L->bytes) : -1) {
+#define LUT_SHAPE(M_, S_) \
+  case LUT_SHAPE_OF(M_, S_): run_lut_body(e, L, v, y, count, 1, M_, 1, S_); return;
+    LUT_SHAPES
+#undef LUT_SHAPE
+    default: break;
+  }
+  if (L->q) run_lut_body(e, L, v, y, count, 1, -1, -1, -1);
+  else run_lut_body(e, L, v, y, count, 0, -1, -1, 0);
 }
 
 typedef void (*dws_codes_fn)(int64_t, int64_t, const dws_entry*, int64_t, const int8_t*,
@@ -491,9 +508,14 @@ static inline __attribute__((always_inline)) void dws_plane(
   const __m512i init = _mm512_set1_epi32((int32_t)(0u - (uint32_t)(128 + in_zero) * sum));
   const __m512i padu = _mm512_set1_epi8((char)(in_zero ^ 0x80));
   if (cvt != NULL && lut != NULL) {
-    (kh == 3 && nq == 1   ? dws_lut_3
-     : kh == 5 && nq == 2 ? dws_lut_5
-                          : dws_lut_any)(kh, nq, tab, ohw, src, wv, init, padu, cvt, lut, y);
+    if (lut->q)
+      (kh == 3 && nq == 1   ? dws_lut_3_q
+       : kh == 5 && nq == 2 ? dws_lut_5_q
+                            : dws_lut_any_q)(kh, nq, tab, ohw, src, wv, init, padu, cvt, lut, y);
+    else
+      (kh == 3 && nq == 1   ? dws_lut_3
+       : kh == 5 && nq == 2 ? dws_lut_5
+                            : dws_lut_any)(kh, nq, tab, ohw, src, wv, init, padu, cvt, lut, y);
     return;
   }
   if (cvt == NULL) {

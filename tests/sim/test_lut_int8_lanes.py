@@ -659,3 +659,142 @@ def test_verbose_names_the_byte_form(tmp_path):
     counts = [(int(ln.split(",channels", 1)[1].split("_", 1)[0]), int(ln.rsplit("_byte_form", 1)[1]))
               for ln in lines]
     assert all(f == (c if _has_vbmi() else 0) for c, f in counts), lines
+
+
+def _depthwise_byte_form_case(act: str, size: int):
+    """A 3x3 depthwise conv whose only tap is the centre (weight 1, so v = the input code:
+    every v in [-128, 127] on each plane of 16x16 or more) with the compiler's tables at a shift
+    <= 8 (lut_vs_relu.py's converter), one channel per code change of the table with the change
+    at v = 0 (its bias), and eight channels past both ends of the tables (as _byte_form_case)."""
+    from accel_codegen.quantization import TensorQuant, encode_multipliers
+    from accel_codegen.quantization.lut import layer_lut
+    from accel_codegen.sim.reference import lut_int8, rhaz
+
+    out = TensorQuant(0.05, -20 if act == "silu" else -10)
+    acc_scale = 0.05 * 0.002
+    table = layer_lut(act, out, acc_scale, "test")
+    mul, rshift = encode_multipliers(np.full(1, acc_scale / table.input_step), "test")
+    s, m = int(rshift[0]), int(mul[0])
+    assert s <= 8
+    lut = table.lut
+    t = np.arange(lut.lo_start - (1 << 22), lut.lo_start + (257 << lut.lo_index_select) + (1 << 22),
+                  dtype=np.int64)
+    codes = np.clip(rhaz(lut_int8(t, lut).astype(np.int64), table.out_shift) + out.zero,
+                    -128, 127)
+    changes = t[1:][codes[1:] != codes[:-1]]
+    spread = np.linspace(changes[0] - (1 << 21), changes[-1] + (1 << 21), 8)
+    target = np.concatenate([changes, spread.astype(np.int64)])
+    cout = len(target)
+    bias = np.round(target * 2.0**s / m).astype(np.int64)
+    w = np.zeros((cout, 1, 3, 3), np.int8)
+    w[:, 0, 1, 1] = 1
+    rng = np.random.default_rng(size)
+    x = np.stack([rng.permutation(np.resize(np.arange(-128, 128, dtype=np.int8), size * size))
+                  for _ in range(cout)]).reshape(1, cout, size, size)
+    sdp = Sdp(bias=bias.astype(np.int32), mul=np.resize(mul, cout), rshift=np.resize(rshift, cout),
+              act=act, precision="int8", out_mul=1, out_shift=table.out_shift, out_zero=out.zero,
+              lut=lut)
+    return [Conv(w, precision="int8", in_zero=0, padding=1, groups=cout), sdp], x
+
+
+@pytest.mark.parametrize("size", [16, 40], ids=["small-planes", "bands"])
+@pytest.mark.parametrize("act", ["silu", "hardswish", "sigmoid"])
+def test_the_byte_form_in_depthwise_layers(act, size, monkeypatch):
+    """The depthwise rows kernel's LUT epilogue through the byte form (i8_dw_rows_vbmi.c's
+    codes_of_run_lut over bands and dws_lut_body over planes of at most 256 outputs, both by
+    conv/i8.h's lut_bytes_of with every channel lq): each code change of the compiler's table
+    crossed at its exact v on a channel of its own, both ends of the tables passed, against the
+    reference and the bins (ACCEL_SDP_I8_LUT=bins)."""
+    chain, x = _depthwise_byte_form_case(act, size)
+    expected = ref.run_chain(chain, x)
+    assert len(np.unique(expected)) > (15 if act == "sigmoid" else 100)
+    device = Device("nv_full", num_threads=1)
+    runs = 1 + -(-PLAN_ELEMENTS // expected.size)
+    for path in ("", "bins"):
+        monkeypatch.setenv("ACCEL_SDP_I8_LUT", path)
+        for _ in range(runs):  # the last ones through the kept plan
+            np.testing.assert_array_equal(device.run(chain, x)[0], expected)
+
+
+#: (act, output scale, output zero): the compiler's tables at scales whose byte tables take each
+#: of the kernels' unrolled shapes (conv/i8.h's LUT_SHAPES: sigmoid's slot of one size,
+#: hardswish's slot with D in two regions of j, SiLU's two slots, the second in a window of 128
+#: intervals) and some that do not (the loops over the slots)
+SHAPE_CASES = [("silu", 0.05, -20), ("silu", 0.03, -10), ("silu", 0.1, -5), ("silu", 0.02, -40),
+               ("hardswish", 0.05, -10), ("hardswish", 0.02, -20), ("sigmoid", 0.05, -10),
+               ("sigmoid", 0.004, -128), ("mish", 0.05, -20)]
+
+
+def _shape_case(act: str, scale: float, zero: int, kind: str, rng):
+    """A conv (kind "1x1-4": 1x1 from 4 channels, the VNNI GEMM's panels; "1x1-64": from 64, AMX
+    tiles on an AMX host; "dw": 3x3 depthwise) with the compiler's table for act at that output
+    scale and the converter of lut_vs_relu.py's layers (shift <= 8: the byte form), each
+    channel's bias centring its t somewhere over the table's LO range (and a few past its
+    ends)."""
+    from accel_codegen.quantization import TensorQuant, encode_multipliers
+    from accel_codegen.quantization.lut import layer_lut
+
+    out = TensorQuant(scale, zero)
+    acc_scale = 0.05 * 0.002
+    table = layer_lut(act, out, acc_scale, "test")
+    mul, rshift = encode_multipliers(np.full(1, acc_scale / table.input_step), "test")
+    lut = table.lut
+    cout, size = 48, 24
+    cin = {"1x1-4": 4, "1x1-64": 64, "dw": 1}[kind]
+    span = 256 << lut.lo_index_select
+    centre = lut.lo_start + rng.integers(-span // 8, span + span // 8, cout)
+    bias = np.round(centre * 2.0 ** int(rshift[0]) / int(mul[0])).astype(np.int64)
+    w = rng.integers(-127, 128, (cout, cin, 1 if kind != "dw" else 3, 1 if kind != "dw" else 3))
+    x = rng.integers(-128, 128, (1, cin if kind != "dw" else cout, size, size)).astype(np.int8)
+    sdp = Sdp(bias=np.clip(bias, -2**31, 2**31 - 1).astype(np.int32), mul=np.resize(mul, cout),
+              rshift=np.resize(rshift, cout), act=act, precision="int8", out_mul=1,
+              out_shift=table.out_shift, out_zero=out.zero, lut=lut)
+    conv = Conv(w.astype(np.int8), precision="int8", in_zero=-3,
+                **({"padding": 1, "groups": cout} if kind == "dw" else {}))
+    return [conv, sdp], x
+
+
+@pytest.mark.parametrize("kind", ["1x1-4", "1x1-64", "dw"])
+@pytest.mark.parametrize("case", SHAPE_CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
+def test_the_byte_table_shapes_through_the_conv_epilogues(case, kind, monkeypatch):
+    """Every shape of byte tables (sdp_i8_lut_bytes.shape: region D, windows, slots of one
+    size, and tables with none) through the conv epilogues that read them (conv/i8.h's
+    panel_step_lut_bytes from the VNNI GEMM's panels and AMX's tiles, the depthwise rows'
+    codes_of_run_lut), against the reference and the bins (ACCEL_SDP_I8_LUT=bins)."""
+    chain, x = _shape_case(*case, kind, np.random.default_rng(len(kind) + int(case[1] * 1000)))
+    expected = ref.run_chain(chain, x)
+    assert len(np.unique(expected)) > 8
+    device = Device("nv_full", num_threads=1)
+    runs = 1 + -(-PLAN_ELEMENTS // expected.size)
+    for path in ("", "bins"):
+        monkeypatch.setenv("ACCEL_SDP_I8_LUT", path)
+        for _ in range(runs):  # the last ones through the kept plan
+            np.testing.assert_array_equal(device.run(chain, x)[0], expected)
+
+
+def test_the_shapes_cases_reach_every_unrolled_shape(tmp_path):
+    """SHAPE_CASES' tables (ACCEL_VERBOSE's lut_plan lines, _sS: sdp_i8_lut_bytes.shape) take
+    each unrolled shape with a shortcut (on a VBMI host) and some take none."""
+    if not _has_vbmi():
+        pytest.skip("byte tables are built where VBMI is there")
+    script = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
+        "import numpy as np\n"
+        "import test_lut_int8_lanes as m\n"
+        "from accel_codegen import Device\n"
+        "for case in m.SHAPE_CASES:\n"
+        "    chain, x = m._shape_case(*case, '1x1-4', np.random.default_rng(0))\n"
+        "    for _ in range(3):\n"
+        "        Device('nv_full', num_threads=1).run(chain, x)\n")
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "ACCEL_VERBOSE": "1"},
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [ln for ln in done.stderr.splitlines() if ",lut_plan," in ln]
+    shapes = [(int(ln.split("_bytes", 1)[1].split("_", 1)[0]),
+               int(ln.split("_g", 1)[1].split("_", 1)[0]),
+               int(ln.split("_s", 1)[1].split("_", 1)[0], 16)) for ln in lines]
+    assert (2, 1, 0x212) in shapes, lines  # SiLU's: region D, then a window of one size
+    assert (1, 1, 0x10) in shapes, lines  # hardswish's: region D
+    assert (1, 1, 0x1) in shapes, lines  # sigmoid's: one size
+    assert any(s & 0x100 == 0 and m == 2 for m, _, s in shapes), lines  # two slots, no window
