@@ -401,13 +401,19 @@ def test_the_byte_tables_and_the_bins_give_the_same_codes(geometry, monkeypatch)
     chain = [Conv(w, stride=stride, padding=k // 2, groups=groups, precision="int8",
                   in_zero=-2), sdp]
     expected = ref.run_chain(chain, x)
+    _assert_planned_and_bins(chain, x, expected, monkeypatch)
+    assert len(np.unique(expected)) > 100
+
+
+def _assert_planned_and_bins(chain, x, expected, monkeypatch) -> None:
+    """The reference's codes from the library's path and from the bins (ACCEL_SDP_I8_LUT=bins),
+    the last runs of each through the plan it keeps (planned after PLAN_ELEMENTS values)."""
     device = Device("nv_full", num_threads=1)
     runs = 1 + -(-PLAN_ELEMENTS // expected.size)
     for path in ("", "bins"):
         monkeypatch.setenv("ACCEL_SDP_I8_LUT", path)
-        for _ in range(runs):  # the last ones through the kept plan
+        for _ in range(runs):
             np.testing.assert_array_equal(device.run(chain, x)[0], expected)
-    assert len(np.unique(expected)) > 100
 
 
 def _has_vbmi() -> bool:
@@ -574,13 +580,9 @@ def test_the_folded_form_through_the_compiler_tables(act, reach):
     assert len(np.unique(expected)) > (20 if reach == "clamped" else 4)
 
 
-def _byte_form_case(act: str):
-    """A 1x1 conv from 4 channels with the compiler's tables at a shift <= 8 (lut_vs_relu.py's
-    layer: mul 16913-29301, shift 7), whose accumulators v = a + 127 b (input channels 0 and 1
-    on a 256 x 256 grid: every pair of codes once, so every v in [-16384, 16383] but a few)
-    cross each of the table's code changes on some channel (its bias puts the change at v = 0),
-    and on other channels pass both ends of the byte tables (where the byte form clamps v) by
-    more than a margin of 2^15 values of t."""
+def _compiler_table(act: str):
+    """The compiler's table for ``act`` at a shift <= 8 (lut_vs_relu.py's layer: mul
+    16913-29301, shift 7): (table, out, mul, rshift, every t where its output code changes)."""
     from accel_codegen.quantization import TensorQuant, encode_multipliers
     from accel_codegen.quantization.lut import layer_lut
     from accel_codegen.sim.reference import lut_int8, rhaz
@@ -589,14 +591,24 @@ def _byte_form_case(act: str):
     acc_scale = 0.05 * 0.002
     table = layer_lut(act, out, acc_scale, "test")
     mul, rshift = encode_multipliers(np.full(1, acc_scale / table.input_step), "test")
-    s, m = int(rshift[0]), int(mul[0])
-    assert s <= 8
+    assert int(rshift[0]) <= 8
     lut = table.lut
     t = np.arange(lut.lo_start - (1 << 22), lut.lo_start + (257 << lut.lo_index_select) + (1 << 22),
                   dtype=np.int64)
     codes = np.clip(rhaz(lut_int8(t, lut).astype(np.int64), table.out_shift) + out.zero,
                     -128, 127)
-    changes = t[1:][codes[1:] != codes[:-1]]
+    return table, out, mul, rshift, t[1:][codes[1:] != codes[:-1]]
+
+
+def _byte_form_case(act: str):
+    """A 1x1 conv from 4 channels with the compiler's tables at a shift <= 8 (lut_vs_relu.py's
+    layer: mul 16913-29301, shift 7), whose accumulators v = a + 127 b (input channels 0 and 1
+    on a 256 x 256 grid: every pair of codes once, so every v in [-16384, 16383] but a few)
+    cross each of the table's code changes on some channel (its bias puts the change at v = 0),
+    and on other channels pass both ends of the byte tables (where the byte form clamps v) by
+    more than a margin of 2^15 values of t."""
+    table, out, mul, rshift, changes = _compiler_table(act)
+    s, m, lut = int(rshift[0]), int(mul[0]), table.lut
     # targets: every change, then at least 8 points spread below the first and above the last;
     # channels 3 past a multiple of 8 (a block of 3 rows at the end)
     cout = len(changes) + 8 + (3 - len(changes)) % 8
@@ -639,23 +651,30 @@ def test_the_byte_form_through_the_compiler_tables(act, pad, monkeypatch):
             np.testing.assert_array_equal(device.run(chain, x)[0], expected)
 
 
-def test_verbose_names_the_byte_form(tmp_path):
-    """ACCEL_VERBOSE's lut_lanes line: every channel of the byte-form cases takes the byte form
-    (on a VBMI host; elsewhere the plan has no byte tables and none does)."""
-    script = (
-        "import sys\n"
-        f"sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
-        "import test_lut_int8_lanes as m\n"
-        "from accel_codegen import Device\n"
-        "for act in ('silu', 'hardswish', 'sigmoid'):\n"
-        "    chain, x, _ = m._byte_form_case(act)\n"
-        "    for _ in range(2):\n"
-        "        Device('nv_full', num_threads=1).run(chain, x)\n")
+def _verbose(tmp_path, body: str, kind: str) -> list:
+    """ACCEL_VERBOSE's ``kind`` lines (read once per process: a child) of ``body``, run with this
+    module imported as m and Device, np at hand."""
+    script = ("import sys\n"
+              f"sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
+              "import numpy as np\n"
+              "import test_lut_int8_lanes as m\n"
+              "from accel_codegen import Device\n" + body)
     done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "ACCEL_VERBOSE": "1"},
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    lines = [ln for ln in done.stderr.splitlines() if ",lut_lanes," in ln]
+    lines = [ln for ln in done.stderr.splitlines() if f",{kind}," in ln]
     assert lines, done.stderr[-2000:]
+    return lines
+
+
+def test_verbose_names_the_byte_form(tmp_path):
+    """ACCEL_VERBOSE's lut_lanes line: every channel of the byte-form cases takes the byte form
+    (on a VBMI host; elsewhere the plan has no byte tables and none does)."""
+    lines = _verbose(tmp_path, "for act in ('silu', 'hardswish', 'sigmoid'):\n"
+                               "    chain, x, _ = m._byte_form_case(act)\n"
+                               "    for _ in range(2):\n"
+                               "        Device('nv_full', num_threads=1).run(chain, x)\n",
+                     "lut_lanes")
     counts = [(int(ln.split(",channels", 1)[1].split("_", 1)[0]), int(ln.rsplit("_byte_form", 1)[1]))
               for ln in lines]
     assert all(f == (c if _has_vbmi() else 0) for c, f in counts), lines
@@ -666,22 +685,8 @@ def _depthwise_byte_form_case(act: str, size: int):
     every v in [-128, 127] on each plane of 16x16 or more) with the compiler's tables at a shift
     <= 8 (lut_vs_relu.py's converter), one channel per code change of the table with the change
     at v = 0 (its bias), and eight channels past both ends of the tables (as _byte_form_case)."""
-    from accel_codegen.quantization import TensorQuant, encode_multipliers
-    from accel_codegen.quantization.lut import layer_lut
-    from accel_codegen.sim.reference import lut_int8, rhaz
-
-    out = TensorQuant(0.05, -20 if act == "silu" else -10)
-    acc_scale = 0.05 * 0.002
-    table = layer_lut(act, out, acc_scale, "test")
-    mul, rshift = encode_multipliers(np.full(1, acc_scale / table.input_step), "test")
-    s, m = int(rshift[0]), int(mul[0])
-    assert s <= 8
-    lut = table.lut
-    t = np.arange(lut.lo_start - (1 << 22), lut.lo_start + (257 << lut.lo_index_select) + (1 << 22),
-                  dtype=np.int64)
-    codes = np.clip(rhaz(lut_int8(t, lut).astype(np.int64), table.out_shift) + out.zero,
-                    -128, 127)
-    changes = t[1:][codes[1:] != codes[:-1]]
+    table, out, mul, rshift, changes = _compiler_table(act)
+    s, m, lut = int(rshift[0]), int(mul[0]), table.lut
     spread = np.linspace(changes[0] - (1 << 21), changes[-1] + (1 << 21), 8)
     target = np.concatenate([changes, spread.astype(np.int64)])
     cout = len(target)
@@ -708,12 +713,7 @@ def test_the_byte_form_in_depthwise_layers(act, size, monkeypatch):
     chain, x = _depthwise_byte_form_case(act, size)
     expected = ref.run_chain(chain, x)
     assert len(np.unique(expected)) > (15 if act == "sigmoid" else 100)
-    device = Device("nv_full", num_threads=1)
-    runs = 1 + -(-PLAN_ELEMENTS // expected.size)
-    for path in ("", "bins"):
-        monkeypatch.setenv("ACCEL_SDP_I8_LUT", path)
-        for _ in range(runs):  # the last ones through the kept plan
-            np.testing.assert_array_equal(device.run(chain, x)[0], expected)
+    _assert_planned_and_bins(chain, x, expected, monkeypatch)
 
 
 #: (act, output scale, output zero): the compiler's tables at scales whose byte tables take each
@@ -764,36 +764,24 @@ def test_the_byte_table_shapes_through_the_conv_epilogues(case, kind, monkeypatc
     chain, x = _shape_case(*case, kind, np.random.default_rng(len(kind) + int(case[1] * 1000)))
     expected = ref.run_chain(chain, x)
     assert len(np.unique(expected)) > 8
-    device = Device("nv_full", num_threads=1)
-    runs = 1 + -(-PLAN_ELEMENTS // expected.size)
-    for path in ("", "bins"):
-        monkeypatch.setenv("ACCEL_SDP_I8_LUT", path)
-        for _ in range(runs):  # the last ones through the kept plan
-            np.testing.assert_array_equal(device.run(chain, x)[0], expected)
+    _assert_planned_and_bins(chain, x, expected, monkeypatch)
 
 
 def test_the_shapes_cases_reach_every_unrolled_shape(tmp_path):
     """SHAPE_CASES' tables (ACCEL_VERBOSE's lut_plan lines, _sS: sdp_i8_lut_bytes.shape) take
-    each unrolled shape with a shortcut (on a VBMI host) and some take none."""
-    if not _has_vbmi():
-        pytest.skip("byte tables are built where VBMI is there")
-    script = (
-        "import sys\n"
-        f"sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
-        "import numpy as np\n"
-        "import test_lut_int8_lanes as m\n"
-        "from accel_codegen import Device\n"
-        "for case in m.SHAPE_CASES:\n"
-        "    chain, x = m._shape_case(*case, '1x1-4', np.random.default_rng(0))\n"
-        "    for _ in range(3):\n"
-        "        Device('nv_full', num_threads=1).run(chain, x)\n")
-    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "ACCEL_VERBOSE": "1"},
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = [ln for ln in done.stderr.splitlines() if ",lut_plan," in ln]
+    each unrolled shape with a shortcut on a VBMI host, and some take none; without VBMI no
+    plan has byte tables (_bytes-1)."""
+    lines = _verbose(tmp_path, "for case in m.SHAPE_CASES:\n"
+                               "    chain, x = m._shape_case(*case, '1x1-4', np.random.default_rng(0))\n"
+                               "    for _ in range(3):\n"
+                               "        Device('nv_full', num_threads=1).run(chain, x)\n",
+                     "lut_plan")
     shapes = [(int(ln.split("_bytes", 1)[1].split("_", 1)[0]),
                int(ln.split("_g", 1)[1].split("_", 1)[0]),
                int(ln.split("_s", 1)[1].split("_", 1)[0], 16)) for ln in lines]
+    if not _has_vbmi():
+        assert all(m == -1 for m, _, _ in shapes), lines
+        return
     assert (2, 1, 0x212) in shapes, lines  # SiLU's: region D, then a window of one size
     assert (1, 1, 0x10) in shapes, lines  # hardswish's: region D
     assert (1, 1, 0x1) in shapes, lines  # sigmoid's: one size
