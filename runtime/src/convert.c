@@ -181,8 +181,88 @@ enum { TRANSPOSE_TILE = 32 };
       }                                                                                   \
     }                                                                                     \
   }
+#ifdef __SSE2__
+/* 1- and 2-byte elements (int8 and FP16 token tensors: an int8 transformer's attention moves
+ * both) in whole blocks held in 16 or 8 SSE registers, B x B for B = 16 / element bytes:
+ * the rows interleaved by elements, then by pairs, quads and halves, each register a column;
+ * the scalar tiles (an element per load and store) take the ragged edges. The bits are moved,
+ * never computed on. */
+static void transpose_blocks_u8(const uint8_t* s, uint8_t* d, int64_t rows, int64_t cols) {
+  for (int64_t i0 = 0; i0 + 16 <= rows; i0 += 16) {
+    for (int64_t j0 = 0; j0 + 16 <= cols; j0 += 16) {
+      __m128i a[16], b[16];
+      for (int i = 0; i < 16; ++i)
+        a[i] = _mm_loadu_si128((const __m128i*)(s + (i0 + i) * cols + j0));
+      for (int i = 0; i < 16; i += 2) { /* row pairs: columns 0-7, 8-15 */
+        b[i] = _mm_unpacklo_epi8(a[i], a[i + 1]);
+        b[i + 1] = _mm_unpackhi_epi8(a[i], a[i + 1]);
+      }
+      for (int i = 0; i < 16; i += 4) { /* row quads: columns 0-3, 4-7, 8-11, 12-15 */
+        a[i] = _mm_unpacklo_epi16(b[i], b[i + 2]);
+        a[i + 1] = _mm_unpackhi_epi16(b[i], b[i + 2]);
+        a[i + 2] = _mm_unpacklo_epi16(b[i + 1], b[i + 3]);
+        a[i + 3] = _mm_unpackhi_epi16(b[i + 1], b[i + 3]);
+      }
+      for (int g = 0; g < 16; g += 8) /* row octets: columns 2k, 2k + 1 in b[g + k] */
+        for (int k = 0; k < 4; ++k) {
+          b[g + 2 * k] = _mm_unpacklo_epi32(a[g + k], a[g + 4 + k]);
+          b[g + 2 * k + 1] = _mm_unpackhi_epi32(a[g + k], a[g + 4 + k]);
+        }
+      for (int k = 0; k < 8; ++k) { /* rows 0-7 with 8-15: columns 2k and 2k + 1 */
+        _mm_storeu_si128((__m128i*)(d + (j0 + 2 * k) * rows + i0),
+                         _mm_unpacklo_epi64(b[k], b[k + 8]));
+        _mm_storeu_si128((__m128i*)(d + (j0 + 2 * k + 1) * rows + i0),
+                         _mm_unpackhi_epi64(b[k], b[k + 8]));
+      }
+    }
+  }
+}
+
+static void transpose_blocks_u16(const uint16_t* s, uint16_t* d, int64_t rows, int64_t cols) {
+  for (int64_t i0 = 0; i0 + 8 <= rows; i0 += 8) {
+    for (int64_t j0 = 0; j0 + 8 <= cols; j0 += 8) {
+      __m128i a[8], b[8];
+      for (int i = 0; i < 8; ++i)
+        a[i] = _mm_loadu_si128((const __m128i*)(s + (i0 + i) * cols + j0));
+      for (int i = 0; i < 8; i += 2) { /* row pairs: columns 0-3, 4-7 */
+        b[i] = _mm_unpacklo_epi16(a[i], a[i + 1]);
+        b[i + 1] = _mm_unpackhi_epi16(a[i], a[i + 1]);
+      }
+      for (int g = 0; g < 8; g += 4) /* row quads: columns 2k, 2k + 1 in a[g + k] */
+        for (int k = 0; k < 2; ++k) {
+          a[g + 2 * k] = _mm_unpacklo_epi32(b[g + k], b[g + 2 + k]);
+          a[g + 2 * k + 1] = _mm_unpackhi_epi32(b[g + k], b[g + 2 + k]);
+        }
+      for (int k = 0; k < 4; ++k) { /* rows 0-3 with 4-7: columns 2k and 2k + 1 */
+        _mm_storeu_si128((__m128i*)(d + (j0 + 2 * k) * rows + i0),
+                         _mm_unpacklo_epi64(a[k], a[k + 4]));
+        _mm_storeu_si128((__m128i*)(d + (j0 + 2 * k + 1) * rows + i0),
+                         _mm_unpackhi_epi64(a[k], a[k + 4]));
+      }
+    }
+  }
+}
+#endif
+
+/* The scalar tiles of what the blocks (B x B from the corner) leave: the rows below the last
+ * whole block, then the columns right of it in the rows above. */
+#define TRANSPOSE_EDGES(T, B, blocks)                                                      \
+  static void transpose_##T(const T* s, T* d, int64_t rows, int64_t cols) {               \
+    blocks(s, d, rows, cols);                                                             \
+    const int64_t rb = rows - rows % (B), cb = cols - cols % (B);                         \
+    for (int64_t j = 0; j < cols; ++j)                                                    \
+      for (int64_t i = rb; i < rows; ++i) d[j * rows + i] = s[i * cols + j];             \
+    for (int64_t j = cb; j < cols; ++j)                                                   \
+      for (int64_t i = 0; i < rb; ++i) d[j * rows + i] = s[i * cols + j];                \
+  }
+#ifdef __SSE2__
+TRANSPOSE_EDGES(uint8_t, 16, transpose_blocks_u8)
+TRANSPOSE_EDGES(uint16_t, 8, transpose_blocks_u16)
+#else
 TRANSPOSE_TILES(uint8_t)
 TRANSPOSE_TILES(uint16_t)
+#endif
+#undef TRANSPOSE_EDGES
 #if !defined(__AVX512F__) && !defined(__AVX2__)
 TRANSPOSE_TILES(uint32_t)
 #endif

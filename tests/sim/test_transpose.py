@@ -85,3 +85,20 @@ def test_4_byte_blocks_and_ragged_edges_write_only_the_matrix(batch, rows, cols)
     _transpose(x, out, batch, rows, cols, 4)
     assert out[:size].tobytes() == np.ascontiguousarray(x.transpose(0, 2, 1)).tobytes()
     assert (out[size:] == 0xDEADBEEF).all()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16])
+@pytest.mark.parametrize("batch, rows, cols", [(1, 197, 192), (1, 192, 197), (2, 1, 17),
+                                               (2, 17, 1), (3, 16, 16), (1, 8, 8), (1, 33, 47),
+                                               (2, 15, 9)])
+def test_1_and_2_byte_blocks_and_ragged_edges_write_only_the_matrix(dtype, batch, rows, cols):
+    """The SSE blocks (16 x 16 bytes, 8 x 8 halves), the scalar edges below and right of them
+    (a token count of 197), every bit pattern of the elements, and the elements after the
+    destination left as they were."""
+    rng = np.random.default_rng(rows * cols + batch)
+    x = rng.integers(0, np.iinfo(dtype).max + 1, (batch, rows, cols), dtype=np.uint64).astype(dtype)
+    size = batch * rows * cols
+    out = np.full(size + 40, 0xA5, dtype)
+    _transpose(x, out, batch, rows, cols, x.itemsize)
+    assert out[:size].tobytes() == np.ascontiguousarray(x.transpose(0, 2, 1)).tobytes()
+    assert (out[size:] == 0xA5).all()
