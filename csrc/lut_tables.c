@@ -233,10 +233,14 @@ static inline __m512 interpolate16(const float* entries, int32_t intervals, floa
 void lut_apply(const lut_table* l, float* x, int64_t count) {
   int64_t i = 0;
 #ifdef __AVX512F__
-  /* 16 values a step where each lies in LO or LE (the tables' domain: a softmax's exp, a layer
-   * norm's rsqrt); a step with a value beyond them, or NaN, takes lut_eval per value */
+  /* 16 values a step, each placed as lut_eval places it: LO, LE, below LE (the underflow
+   * slope), above (the overflow slope: a softmax's exp of its max, t = 0), NaN (itself) */
   const __m512 lo_start = _mm512_set1_ps(l->lo_start), lo_end = _mm512_set1_ps(l->lo_end);
   const __m512 le_start = _mm512_set1_ps(l->le_start), le_end = _mm512_set1_ps(l->le_end);
+  const float first = l->le[0], last = l->le[ACCEL_LUT_LE_ENTRIES - 1];
+  const __m512 first_v = _mm512_set1_ps(first), last_v = _mm512_set1_ps(last);
+  const __m512 under_slope = _mm512_set1_ps(l->underflow_slope);
+  const __m512 over_slope = _mm512_set1_ps(l->overflow_slope);
   const int octaves = l->le_scale == 0.0f;
   uint32_t start_bits;
   memcpy(&start_bits, &l->le_start, sizeof start_bits);
@@ -247,10 +251,6 @@ void lut_apply(const lut_table* l, float* x, int64_t count) {
                          _mm512_cmp_ps_mask(t, lo_end, _CMP_LT_OQ);
     const __mmask16 le = (__mmask16)~lo & _mm512_cmp_ps_mask(t, le_start, _CMP_GE_OQ) &
                          _mm512_cmp_ps_mask(t, le_end, _CMP_LT_OQ);
-    if ((__mmask16)(lo | le) != 0xffff) {
-      for (int64_t j = i; j < i + 16; ++j) x[j] = lut_eval(l, x[j]);
-      continue;
-    }
     __m512 y = interpolate16(l->lo, ACCEL_LUT_LO_ENTRIES - 1, l->lo_start, l->lo_scale, t, lo);
     if (le) {
       __m512 z;
@@ -267,6 +267,19 @@ void lut_apply(const lut_table* l, float* x, int64_t count) {
         z = interpolate16(l->le, ACCEL_LUT_LE_ENTRIES - 1, l->le_start, l->le_scale, t, le);
       }
       y = _mm512_mask_blend_ps(le, y, z);
+    }
+    const __mmask16 rest = (__mmask16)~(lo | le);
+    if (rest) { /* the slopes beyond LE; a zero slope is the flat end itself, infinities too */
+      const __mmask16 nan = _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q);
+      const __mmask16 under = rest & _mm512_cmp_ps_mask(t, le_start, _CMP_LT_OQ);
+      const __mmask16 over = rest & (__mmask16)~(under | nan);
+      const __m512 below = l->underflow_slope == 0.0f
+          ? first_v : _mm512_add_ps(first_v, _mm512_mul_ps(_mm512_sub_ps(t, le_start), under_slope));
+      const __m512 above = l->overflow_slope == 0.0f
+          ? last_v : _mm512_add_ps(last_v, _mm512_mul_ps(_mm512_sub_ps(t, le_end), over_slope));
+      y = _mm512_mask_blend_ps(under, y, below);
+      y = _mm512_mask_blend_ps(over, y, above);
+      y = _mm512_mask_blend_ps(nan, y, t);
     }
     _mm512_storeu_ps(x + i, y);
   }
