@@ -26,7 +26,9 @@ CHECKED_SUITES = ["test_conv_engine.py", "test_sdp_engine.py", "test_pdp_engine.
                   # the AVX2 int8 kernels forced on edge geometries (children inherit the preload)
                   "test_conv_i8_gemm16.py", "test_conv_i8_direct.py",
                   # every ordered fp32 implementation forced on edge geometries
-                  "test_conv_order.py"]
+                  "test_conv_order.py",
+                  # the token transposes' vector blocks and scalar edges, the replicated CONV
+                  "test_transpose.py", "test_conv_replicated.py"]
 
 
 def _run(cmd, **kwargs):
