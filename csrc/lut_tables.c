@@ -237,8 +237,8 @@ void lut_apply(const lut_table* l, float* x, int64_t count) {
    * slope), above (the overflow slope: a softmax's exp of its max, t = 0), NaN (itself) */
   const __m512 lo_start = _mm512_set1_ps(l->lo_start), lo_end = _mm512_set1_ps(l->lo_end);
   const __m512 le_start = _mm512_set1_ps(l->le_start), le_end = _mm512_set1_ps(l->le_end);
-  const float first = l->le[0], last = l->le[ACCEL_LUT_LE_ENTRIES - 1];
-  const __m512 first_v = _mm512_set1_ps(first), last_v = _mm512_set1_ps(last);
+  const __m512 first = _mm512_set1_ps(l->le[0]);
+  const __m512 last = _mm512_set1_ps(l->le[ACCEL_LUT_LE_ENTRIES - 1]);
   const __m512 under_slope = _mm512_set1_ps(l->underflow_slope);
   const __m512 over_slope = _mm512_set1_ps(l->overflow_slope);
   const int octaves = l->le_scale == 0.0f;
@@ -273,10 +273,14 @@ void lut_apply(const lut_table* l, float* x, int64_t count) {
       const __mmask16 nan = _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q);
       const __mmask16 under = rest & _mm512_cmp_ps_mask(t, le_start, _CMP_LT_OQ);
       const __mmask16 over = rest & (__mmask16)~(under | nan);
-      const __m512 below = l->underflow_slope == 0.0f
-          ? first_v : _mm512_add_ps(first_v, _mm512_mul_ps(_mm512_sub_ps(t, le_start), under_slope));
-      const __m512 above = l->overflow_slope == 0.0f
-          ? last_v : _mm512_add_ps(last_v, _mm512_mul_ps(_mm512_sub_ps(t, le_end), over_slope));
+      const __m512 below =
+          l->underflow_slope == 0.0f
+              ? first
+              : _mm512_add_ps(first, _mm512_mul_ps(_mm512_sub_ps(t, le_start), under_slope));
+      const __m512 above =
+          l->overflow_slope == 0.0f
+              ? last
+              : _mm512_add_ps(last, _mm512_mul_ps(_mm512_sub_ps(t, le_end), over_slope));
       y = _mm512_mask_blend_ps(under, y, below);
       y = _mm512_mask_blend_ps(over, y, above);
       y = _mm512_mask_blend_ps(nan, y, t);

@@ -244,7 +244,7 @@ static void transpose_blocks_u16(const uint16_t* s, uint16_t* d, int64_t rows, i
 }
 #endif
 
-/* The scalar tiles of what the blocks (B x B from the corner) leave: the rows below the last
+/* Element by element, what the blocks (B x B from the corner) leave: the rows below the last
  * whole block, then the columns right of it in the rows above. */
 #define TRANSPOSE_EDGES(T, B, blocks)                                                      \
   static void transpose_##T(const T* s, T* d, int64_t rows, int64_t cols) {               \
