@@ -43,6 +43,10 @@ typedef struct lut_table {
   float underflow_slope, overflow_slope;
   float lo[ACCEL_LUT_LO_ENTRIES];     /* halves, widened */
   float le[ACCEL_LUT_LE_ENTRIES];
+  /* each interval's two ends side by side (lo[i], lo[i + 1]): one 64-bit gather of an
+   * interval where two 32-bit ones read its ends (lut_apply's lanes) */
+  float lo_ends[2 * (ACCEL_LUT_LO_ENTRIES - 1)];
+  float le_ends[2 * (ACCEL_LUT_LE_ENTRIES - 1)];
 } lut_table;
 
 /* An activation's name in reports and messages ("sigmoid"; "" for NONE), and whether it is a

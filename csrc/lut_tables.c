@@ -155,6 +155,14 @@ static void build_tables(void) {
                                  : g->le_start + (double)i * g->le_step;
       t->le[i] = half_entry(lut_function((accel_activation)a, at));
     }
+    for (int i = 0; i + 1 < ACCEL_LUT_LO_ENTRIES; ++i) {
+      t->lo_ends[2 * i] = t->lo[i];
+      t->lo_ends[2 * i + 1] = t->lo[i + 1];
+    }
+    for (int i = 0; i + 1 < ACCEL_LUT_LE_ENTRIES; ++i) {
+      t->le_ends[2 * i] = t->le[i];
+      t->le_ends[2 * i + 1] = t->le[i + 1];
+    }
   }
 }
 
@@ -212,21 +220,30 @@ static float lut_eval(const lut_table* l, float t) {
 
 #ifdef __AVX512F__
 /* interpolate and interpolate_octaves in 16 lanes: the same operations, each rounded as the
- * scalar one's (the build has -ffp-contract=off); only the `valid` lanes read the entries. */
-static inline __m512 interpolate_at16(const float* entries, __m512i i, __m512 f,
+ * scalar one's (the build has -ffp-contract=off); only the `valid` lanes read the entries,
+ * interval i's two ends at once from `ends` (lut_table's lo_ends, le_ends): two gathers of 8
+ * pairs, then the pairs' first and second halves picked apart. */
+static inline __m512 interpolate_at16(const float* ends, __m512i i, __m512 f,
                                       __mmask16 valid) {
-  const __m512 zero = _mm512_setzero_ps();
-  const __m512 a = _mm512_mask_i32gather_ps(zero, valid, i, entries, 4);
-  const __m512 b = _mm512_mask_i32gather_ps(zero, valid, i, entries + 1, 4);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512 lanes0_7 = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(
+      zero, (__mmask8)valid, _mm512_castsi512_si256(i), ends, 8));
+  const __m512 lanes8_15 = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(
+      zero, (__mmask8)(valid >> 8), _mm512_extracti64x4_epi64(i, 1), ends, 8));
+  const __m512i firsts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                           28, 30);
+  const __m512 a = _mm512_permutex2var_ps(lanes0_7, firsts, lanes8_15);
+  const __m512 b = _mm512_permutex2var_ps(
+      lanes0_7, _mm512_add_epi32(firsts, _mm512_set1_epi32(1)), lanes8_15);
   return _mm512_add_ps(a, _mm512_mul_ps(_mm512_sub_ps(b, a), f));
 }
 
-static inline __m512 interpolate16(const float* entries, int32_t intervals, float start,
+static inline __m512 interpolate16(const float* ends, int32_t intervals, float start,
                                    float scale, __m512 t, __mmask16 valid) {
   const __m512 u = _mm512_mul_ps(_mm512_sub_ps(t, _mm512_set1_ps(start)), _mm512_set1_ps(scale));
   const __m512i i = _mm512_min_epi32(_mm512_cvttps_epi32(u), _mm512_set1_epi32(intervals - 1));
   const __m512 f = _mm512_sub_ps(u, _mm512_cvtepi32_ps(i));
-  return interpolate_at16(entries, i, f, valid);
+  return interpolate_at16(ends, i, f, valid);
 }
 #endif
 
@@ -251,7 +268,8 @@ void lut_apply(const lut_table* l, float* x, int64_t count) {
                          _mm512_cmp_ps_mask(t, lo_end, _CMP_LT_OQ);
     const __mmask16 le = (__mmask16)~lo & _mm512_cmp_ps_mask(t, le_start, _CMP_GE_OQ) &
                          _mm512_cmp_ps_mask(t, le_end, _CMP_LT_OQ);
-    __m512 y = interpolate16(l->lo, ACCEL_LUT_LO_ENTRIES - 1, l->lo_start, l->lo_scale, t, lo);
+    __m512 y =
+        interpolate16(l->lo_ends, ACCEL_LUT_LO_ENTRIES - 1, l->lo_start, l->lo_scale, t, lo);
     if (le) {
       __m512 z;
       if (octaves) { /* interpolate_octaves in lanes */
@@ -262,9 +280,9 @@ void lut_apply(const lut_table* l, float* x, int64_t count) {
             _mm512_sub_epi32(_mm512_set1_epi32((int32_t)(254u << 23)), base_bits));
         const __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, _mm512_castsi512_ps(base_bits)),
                                        inverse);
-        z = interpolate_at16(l->le, k, f, le);
+        z = interpolate_at16(l->le_ends, k, f, le);
       } else {
-        z = interpolate16(l->le, ACCEL_LUT_LE_ENTRIES - 1, l->le_start, l->le_scale, t, le);
+        z = interpolate16(l->le_ends, ACCEL_LUT_LE_ENTRIES - 1, l->le_start, l->le_scale, t, le);
       }
       y = _mm512_mask_blend_ps(le, y, z);
     }
