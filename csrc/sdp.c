@@ -155,12 +155,8 @@ void sdp_f32_span(const sdp_f32* p, int32_t channel, float* x, const float* oper
  * classifier's dense layer), whose channels lie side by side. The steps of sdp_f32_span in its
  * order, each rounded alone, so the bits of n spans of one value each, without a call per
  * channel (which cost more than a 1x1 squeeze-excite layer's arithmetic). */
-void sdp_f32_channels(const sdp_f32* p, int32_t ch0, float* x, const float* operand, int64_t n) {
-  if (sdp_f32_has_x(p) || p->ew_per_channel) { /* not a CONV epilogue: span by span */
-    for (int64_t i = 0; i < n; ++i)
-      sdp_f32_span(p, ch0 + (int32_t)i, x + i, operand != NULL ? operand + i : NULL, 1);
-    return;
-  }
+static void channels_steps(const sdp_f32* p, int32_t ch0, float* x, const float* operand,
+                           int64_t n) {
   const float* s = p->scale != NULL ? p->scale + ch0 : NULL;
   const float* b = p->shift != NULL ? p->shift + ch0 : NULL;
   if (s != NULL && b != NULL) {
@@ -172,6 +168,57 @@ void sdp_f32_channels(const sdp_f32* p, int32_t ch0, float* x, const float* oper
   }
 
   ew_act(p, x, operand, n, p->prelu_slope != NULL ? p->prelu_slope + ch0 : NULL, 1);
+}
+
+void sdp_f32_channels(const sdp_f32* p, int32_t ch0, float* x, const float* operand, int64_t n) {
+  if (sdp_f32_has_x(p) || p->ew_per_channel) { /* not a CONV epilogue: span by span */
+    for (int64_t i = 0; i < n; ++i)
+      sdp_f32_span(p, ch0 + (int32_t)i, x + i, operand != NULL ? operand + i : NULL, 1);
+    return;
+  }
+  channels_steps(p, ch0, x, operand, n);
+}
+
+/* Planes of one value, [N, C, 1, 1] (a transformer's tokens, a row of C channels each; softmax's
+ * [1, rows, 1, 1] reductions): each image's C values side by side, the per-channel operands as
+ * vectors along them, in blocks of images per pool_for item. The steps of run_item's planes in
+ * its order, each rounded alone: the X units, then sdp_f32_span's; an ew_per_channel operand
+ * ([N][C]) is one value a plane, so element by element here. A plane a value through run_item
+ * cost 1-1.5 ns a value (ViT-Ti's FP16 layer norm passes on 197 x 192). */
+typedef struct rows_job {
+  const sdp_f32* p;
+  int32_t n, c, per_item;
+  const float* in;
+  float* out;
+} rows_job;
+
+static void rows_item(void* ctx, int64_t item, int participant) {
+  const rows_job* J = ctx;
+  const sdp_f32* p = J->p;
+  (void)participant;
+  const int32_t first = (int32_t)item * J->per_item;
+  const int32_t end = first + J->per_item < J->n ? first + J->per_item : J->n;
+  const int64_t c = J->c;
+  if (J->out != J->in) {
+    memmove(J->out + first * c, J->in + first * c, (size_t)((end - first) * c) * sizeof(float));
+  }
+  for (int32_t b = first; b < end; ++b) {
+    const int64_t at = b * c;
+    float* x = J->out + at;
+    for (int u = 0; u < 2; ++u) { /* plane_x_units' steps: ((x + a1) * m1 + a2) * m2 */
+      const float* alu = p->x[u].alu;
+      const float* mul = p->x[u].mul;
+      if (alu != NULL) {
+        const float* a = p->x[u].alu_per_channel ? alu : alu + at;
+        for (int64_t i = 0; i < c; ++i) x[i] = x[i] + a[i];
+      }
+      if (mul != NULL) {
+        const float* m = p->x[u].mul_per_channel ? mul : mul + at;
+        for (int64_t i = 0; i < c; ++i) x[i] = x[i] * m[i];
+      }
+    }
+    channels_steps(p, 0, x, p->ew_operand != NULL ? p->ew_operand + at : NULL, c);
+  }
 }
 
 /* Independent mode: planes, a few per pool_for item (about 16 KiB of data each). */
@@ -301,15 +348,11 @@ static void run_item(void* ctx, int64_t item, int participant) {
 void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float* in, float* out,
                  int32_t num_threads) {
   const int64_t planes = (int64_t)n * c;
-  if (hw == 1 && planes <= 32768 && !sdp_f32_has_x(p) && !p->ew_per_channel) {
-    /* planes of one value (softmax's negate and reciprocal over [1, rows, 1, 1]): each image's
-     * channels side by side through sdp_f32_channels, the bits of a span a plane without two
-     * calls a value (which took 12-25 ns a value: ViT-Ti's reciprocal runs 14 us for 591) */
-    if (out != in) memmove(out, in, (size_t)planes * sizeof(float));
-    for (int32_t b = 0; b < n; ++b) {
-      sdp_f32_channels(p, 0, out + (int64_t)b * c,
-                       p->ew_operand != NULL ? p->ew_operand + (int64_t)b * c : NULL, c);
-    }
+  if (hw == 1) {
+    const int32_t per_item = (int32_t)(4096 / c + 1);
+    const rows_job J = {.p = p, .n = n, .c = c, .per_item = per_item, .in = in, .out = out};
+    pool_for(planes > 32768 ? num_threads : 1, (n + per_item - 1) / per_item, rows_item,
+             (void*)&J);
     return;
   }
   const int64_t per_item = 4096 / (hw + 1) + 1;
