@@ -362,6 +362,85 @@ void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float
            (void*)&J);
 }
 
+/* FP16 in and out (sdp_f16_run): chunks of at most F16_CHUNK values, each widened into
+ * buffers in L1 (the input and every whole operand), through sdp_f32_run with the per-channel
+ * operands offset to the chunk's first channel, then narrowed once into the output. */
+enum { F16_CHUNK = 1024 };
+
+typedef struct f16_job {
+  const sdp_f32* p;
+  const sdp_f16_whole* h;
+  int32_t n, c;
+  int64_t hw, per_item; /* per_item: chunks per pool_for item */
+  int64_t planes_per_chunk, pieces_per_plane, chunks_per_image;
+  const uint16_t* in;
+  uint16_t* out;
+} f16_job;
+
+static void f16_chunk(const f16_job* J, int64_t chunk) {
+  const int64_t image = chunk / J->chunks_per_image, k = chunk % J->chunks_per_image;
+  int64_t ch0, planes, from, count;
+  if (J->pieces_per_plane > 1) { /* planes longer than a chunk: pieces of one plane */
+    ch0 = k / J->pieces_per_plane, planes = 1;
+    from = (k % J->pieces_per_plane) * F16_CHUNK;
+    count = J->hw - from < F16_CHUNK ? J->hw - from : F16_CHUNK;
+  } else { /* whole planes of one image */
+    ch0 = k * J->planes_per_chunk, from = 0;
+    planes = J->c - ch0 < J->planes_per_chunk ? J->c - ch0 : J->planes_per_chunk;
+    count = planes * J->hw;
+  }
+  const int64_t at = (image * J->c + ch0) * J->hw + from;
+  float x[F16_CHUNK], ew[F16_CHUNK], units[2][2][F16_CHUNK];
+  sdp_f32 q = *J->p;
+  q.scale = q.scale != NULL ? q.scale + ch0 : NULL;
+  q.shift = q.shift != NULL ? q.shift + ch0 : NULL;
+  q.prelu_slope = q.prelu_slope != NULL ? q.prelu_slope + ch0 : NULL;
+  half_to_float(J->in + at, x, count);
+  if (J->h->ew != NULL) {
+    half_to_float(J->h->ew + at, ew, count);
+    q.ew_operand = ew;
+  }
+  for (int u = 0; u < 2; ++u) {
+    for (int m = 0; m < 2; ++m) {
+      const float** operand = m ? &q.x[u].mul : &q.x[u].alu;
+      if (J->h->x[u][m] != NULL) { /* whole: the chunk's values */
+        half_to_float(J->h->x[u][m] + at, units[u][m], count);
+        *operand = units[u][m];
+      } else if (*operand != NULL) { /* per channel, widened already */
+        *operand += ch0;
+      }
+    }
+  }
+  sdp_f32_run(&q, 1, (int32_t)planes, planes == 1 ? count : J->hw, x, x, 1);
+  float_to_half(x, J->out + at, count);
+}
+
+static void f16_item(void* ctx, int64_t item, int participant) {
+  const f16_job* J = ctx;
+  (void)participant;
+  const int64_t chunks = (int64_t)J->n * J->chunks_per_image;
+  const int64_t end = (item + 1) * J->per_item < chunks ? (item + 1) * J->per_item : chunks;
+  for (int64_t chunk = item * J->per_item; chunk < end; ++chunk) f16_chunk(J, chunk);
+}
+
+void sdp_f16_run(const sdp_f32* p, const sdp_f16_whole* h, int32_t n, int32_t c, int64_t hw,
+                 const uint16_t* in, uint16_t* out, int32_t num_threads) {
+  f16_job J = {.p = p, .h = h, .n = n, .c = c, .hw = hw, .in = in, .out = out};
+  if (hw > F16_CHUNK) {
+    J.pieces_per_plane = (hw + F16_CHUNK - 1) / F16_CHUNK;
+    J.planes_per_chunk = 1;
+    J.chunks_per_image = c * J.pieces_per_plane;
+  } else {
+    J.pieces_per_plane = 1;
+    J.planes_per_chunk = F16_CHUNK / hw;
+    J.chunks_per_image = (c + J.planes_per_chunk - 1) / J.planes_per_chunk;
+  }
+  const int64_t chunks = (int64_t)n * J.chunks_per_image;
+  J.per_item = 8; /* 8 chunks (16 KiB of halves an operand) a pool_for item */
+  pool_for((int64_t)n * c * hw > 32768 ? num_threads : 1, (chunks + J.per_item - 1) / J.per_item,
+           f16_item, &J);
+}
+
 /* activation_exact over a whole tensor, in chunks of 4096 values (a post activation). */
 typedef struct act_job {
   accel_activation act;

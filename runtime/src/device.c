@@ -282,7 +282,8 @@ static accel_status execute_pass(accel_device* dev, const resolved_chain* chain,
  * is in cache; a PDP after them reads the on-chip result (a scratch buffer standing in for the
  * pipeline's line buffers). INDEPENDENT: every pass writes a full intermediate tensor.
  * `precision` is the chain's; `element` the bytes of the data the kernels see (fp32 for FP16),
- * and `round_half` rounds every pass's output to half, as an FP16 engine's output converter. */
+ * and `round_half` rounds every pass's output to half, as an FP16 engine's output converter
+ * (the last pass's: the caller's narrowing of the output). */
 static accel_status execute_chain(accel_device* dev, const resolved_chain* chain,
                                   accel_precision precision, size_t element, int round_half,
                                   const void* input, void* output, const char* label) {
@@ -335,7 +336,9 @@ static accel_status execute_chain(accel_device* dev, const resolved_chain* chain
     }
     accel_status st = execute_pass(dev, chain, i, last, round_half, src, dst);
     if (st != ACCEL_OK) return st;
-    if (round_half) round_to_half(dst, count);
+    /* the last pass's output is rounded by its narrowing (execute_chain_fp16: the same
+     * rounding), unless an observer reads it widened */
+    if (round_half && (last + 1 < chain->num_ops || observing())) round_to_half(dst, count);
     if (observed) {
       const resolved_op* r = &chain->ops[last];
       const accel_tensor t = {.data = dst, .n = r->out_n, .c = r->out_c, .h = r->out_h,
@@ -357,12 +360,74 @@ static const float* widen(const void* halves, int64_t count, float** cursor) {
   return dst;
 }
 
+/* Whether [a, a + bytes) and [b, b + bytes) are the same range or do not meet. */
+static int same_or_apart(const void* a, const void* b, size_t bytes) {
+  const char *x = a, *y = b;
+  return x == y || x + bytes <= y || y + bytes <= x;
+}
+
+/* An FP16 run of one SDP, halves in and out (sdp_f16_run: chunks widened in L1 and narrowed
+ * once), unless an observer watches it (it sees each step widened) or a tensor overlaps the
+ * output other than as the same tensor. 1 when it ran (*status its result). */
+static int sdp_fp16_alone(accel_device* dev, const resolved_chain* chain,
+                          const accel_tensor* input, const accel_tensor* output,
+                          accel_status* status) {
+  const resolved_op* r = &chain->ops[0];
+  if (chain->num_ops != 1 || r->op->engine != ACCEL_ENGINE_SDP || observing()) return 0;
+  const accel_sdp_desc* d = &r->op->sdp;
+  const int64_t hw = (int64_t)r->in_h * r->in_w;
+  const size_t bytes = (size_t)((int64_t)r->in_n * r->in_c * hw) * sizeof(uint16_t);
+  const accel_sdp_x* units[2] = {&d->x1, &d->x2};
+  sdp_f16_whole whole = {.ew = d->ew_op != ACCEL_EW_NONE ? d->ew_operand : NULL};
+  int per_channel = 0; /* operands of C values to widen */
+  if (d->ew_per_channel || !same_or_apart(input->data, output->data, bytes) ||
+      (whole.ew != NULL && !same_or_apart(whole.ew, output->data, bytes))) {
+    return 0;
+  }
+  for (int u = 0; u < 2; ++u) {
+    const void* operands[2] = {units[u]->alu, units[u]->mul};
+    const int32_t channel_wise[2] = {units[u]->alu_per_channel, units[u]->mul_per_channel};
+    for (int m = 0; m < 2; ++m) {
+      if (operands[m] == NULL) continue;
+      if (channel_wise[m]) {
+        ++per_channel;
+      } else if (!same_or_apart(operands[m], output->data, bytes)) {
+        return 0;
+      } else {
+        whole.x[u][m] = operands[m];
+      }
+    }
+  }
+  per_channel += 3; /* scale, shift, PReLU slope */
+  float* cursor = workspace_get(&dev->ws, WS_FP16_WIDE, (size_t)per_channel * r->in_c *
+                                                            sizeof(float));
+  if (cursor == NULL) {
+    *status = accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch",
+                         (size_t)per_channel * r->in_c * sizeof(float));
+    return 1;
+  }
+  sdp_f32 p = sdp_operands(d); /* the precision stays FP16: the LUT model */
+  p.scale = widen(d->scale, r->in_c, &cursor);
+  p.shift = widen(d->shift, r->in_c, &cursor);
+  p.prelu_slope = d->act == ACCEL_ACT_PRELU ? widen(d->prelu_slope, r->in_c, &cursor) : NULL;
+  p.ew_operand = NULL;
+  for (int u = 0; u < 2; ++u) {
+    p.x[u].alu = units[u]->alu_per_channel ? widen(units[u]->alu, r->in_c, &cursor) : NULL;
+    p.x[u].mul = units[u]->mul_per_channel ? widen(units[u]->mul, r->in_c, &cursor) : NULL;
+  }
+  sdp_f16_run(&p, &whole, r->in_n, r->in_c, hw, input->data, output->data, dev->num_threads);
+  *status = ACCEL_OK;
+  return 1;
+}
+
 /* FP16: every half the chain reads is widened into scratch (conv weights come widened already
  * when they are packed, and pre-transformed in Winograd mode), the fp32 engines run on the widened copies with each pass's output
  * rounded to half, and the result is narrowed. */
 static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* chain,
                                        const accel_tensor* input, const accel_tensor* output,
                                        const char* label) {
+  accel_status alone = ACCEL_OK;
+  if (sdp_fp16_alone(dev, chain, input, output, &alone)) return alone;
   const int64_t in_count = (int64_t)input->n * input->c * input->h * input->w;
   const int64_t out_count = (int64_t)output->n * output->c * output->h * output->w;
   int64_t total = in_count + out_count;

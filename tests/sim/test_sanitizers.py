@@ -28,7 +28,9 @@ CHECKED_SUITES = ["test_conv_engine.py", "test_sdp_engine.py", "test_pdp_engine.
                   # every ordered fp32 implementation forced on edge geometries
                   "test_conv_order.py",
                   # the token transposes' vector blocks and scalar edges, the replicated CONV
-                  "test_transpose.py", "test_conv_replicated.py"]
+                  "test_transpose.py", "test_conv_replicated.py",
+                  # the SDP's rows of one value a plane and its FP16 chunks
+                  "test_sdp_rows.py"]
 
 
 def _run(cmd, **kwargs):

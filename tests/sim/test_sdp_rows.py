@@ -83,3 +83,18 @@ def test_rows_in_place(rng, precision):
     second = _sdp(rng, shape, dtype, precision, UNITS, ("x1_mul",), "add", False, "relu")
     y, _ = Device("nv_full").run([first, second], x, mode="independent")
     assert_same(y, reference.run_chain([first, second], x))
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 40, 40), (2, 5, 7, 9), (1, 600, 1, 3)],
+                         ids=["pieces_of_planes", "planes_a_chunk", "chunks_across_images"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("act", ["relu", "silu", "prelu"])
+def test_fp16_runs_in_chunks_bit_for_bit(rng, shape, threads, act):
+    """A lone FP16 SDP runs halves in and out in chunks of 1,024 values (sdp_f16_run): planes
+    longer than a chunk in pieces, shorter ones several a chunk, every operand's chunk widened
+    with the input's."""
+    dtype = np.float16
+    x = rng.standard_normal(shape).astype(dtype)
+    op = _sdp(rng, shape, dtype, "fp16", UNITS, ("x1_mul",), "add", False, act)
+    y, _ = Device("nv_full", num_threads=threads).run([op], x, mode="independent")
+    assert_same(y, reference.run_chain([op], x))
