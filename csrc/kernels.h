@@ -215,14 +215,14 @@ typedef struct sdp_f16_whole {
   const uint16_t* x[2][2];
 } sdp_f16_whole;
 
-/* out = SDP(in) over a whole [n][c][hw] tensor of halves, with p's per-channel operands
- * (scale, shift, PReLU slope, per-channel X unit operands) widened to fp32 and its whole ones
- * in h (p's own pointers for them unused; no ew_per_channel): sdp_f32_run's steps in fp32 on
- * the widened values, each output rounded to half once. In and out may be the same tensor;
- * an operand may be the output only if it is the same tensor (each chunk is read whole before
- * it is written). */
+/* out = SDP(in) over a whole [n][c][hw] tensor into halves, from halves `in` or (in NULL) fp32
+ * `in_wide` (a CONV's accumulators), with p's per-channel operands (scale, shift, PReLU slope,
+ * per-channel X unit operands) widened to fp32 and its whole ones in h (p's own pointers for
+ * them unused; no ew_per_channel): sdp_f32_run's steps in fp32 on the widened values, each
+ * output rounded to half once. In and out may be the same tensor; an operand may be the
+ * output only if it is the same tensor (each chunk is read whole before it is written). */
 void sdp_f16_run(const sdp_f32* p, const sdp_f16_whole* h, int32_t n, int32_t c, int64_t hw,
-                 const uint16_t* in, uint16_t* out, int32_t num_threads);
+                 const uint16_t* in, const float* in_wide, uint16_t* out, int32_t num_threads);
 
 /* ---- CONV implementations (csrc/conv/: one file per algorithm and precision) ------------
  * conv_f32 and conv_i8 try their lists' implementations in order (conv/f32_impls.c,

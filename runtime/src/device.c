@@ -6,12 +6,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "accumulators.h"
 #include "internal.h"
 
 struct accel_device {
   accel_config config;
   int32_t num_threads;
   workspace ws; /* scratch reused across runs: per-thread tiles and the chain's intermediates */
+  accumulator_store kept; /* recent FP16 attention products' accumulators (accumulators.c) */
   pthread_mutex_t lock; /* one run at a time: the workspace is shared by every run */
 };
 
@@ -45,6 +47,7 @@ accel_status accel_device_create(const accel_config* cfg, accel_device** out) {
 void accel_device_destroy(accel_device* dev) {
   if (dev == NULL) return;
   workspace_free(&dev->ws);
+  accumulators_free(&dev->kept);
   pthread_mutex_destroy(&dev->lock);
   free(dev);
 }
@@ -366,22 +369,19 @@ static int same_or_apart(const void* a, const void* b, size_t bytes) {
   return x == y || x + bytes <= y || y + bytes <= x;
 }
 
-/* An FP16 run of one SDP, halves in and out (sdp_f16_run: chunks widened in L1 and narrowed
- * once), unless an observer watches it (it sees each step widened) or a tensor overlaps the
- * output other than as the same tensor. 1 when it ran (*status its result). */
-static int sdp_fp16_alone(accel_device* dev, const resolved_chain* chain,
-                          const accel_tensor* input, const accel_tensor* output,
-                          accel_status* status) {
-  const resolved_op* r = &chain->ops[0];
-  if (chain->num_ops != 1 || r->op->engine != ACCEL_ENGINE_SDP || observing()) return 0;
+/* SDP op r of an FP16 run from `in` (halves) or `in_wide` (fp32: a CONV's accumulators) to
+ * `out` (halves) in L1 chunks (sdp_f16_run), unless a tensor it reads overlaps the output other
+ * than as the same tensor (the chunks read and write as they go): 0 then, nothing done. */
+static int sdp_fp16_chunks(accel_device* dev, const resolved_op* r, const void* in,
+                           const float* in_wide, void* out, accel_status* status) {
   const accel_sdp_desc* d = &r->op->sdp;
   const int64_t hw = (int64_t)r->in_h * r->in_w;
   const size_t bytes = (size_t)((int64_t)r->in_n * r->in_c * hw) * sizeof(uint16_t);
   const accel_sdp_x* units[2] = {&d->x1, &d->x2};
   sdp_f16_whole whole = {.ew = d->ew_op != ACCEL_EW_NONE ? d->ew_operand : NULL};
   int per_channel = 0; /* operands of C values to widen */
-  if (d->ew_per_channel || !same_or_apart(input->data, output->data, bytes) ||
-      (whole.ew != NULL && !same_or_apart(whole.ew, output->data, bytes))) {
+  if (d->ew_per_channel || (in != NULL && !same_or_apart(in, out, bytes)) ||
+      (whole.ew != NULL && !same_or_apart(whole.ew, out, bytes))) {
     return 0;
   }
   for (int u = 0; u < 2; ++u) {
@@ -391,7 +391,7 @@ static int sdp_fp16_alone(accel_device* dev, const resolved_chain* chain,
       if (operands[m] == NULL) continue;
       if (channel_wise[m]) {
         ++per_channel;
-      } else if (!same_or_apart(operands[m], output->data, bytes)) {
+      } else if (!same_or_apart(operands[m], out, bytes)) {
         return 0;
       } else {
         whole.x[u][m] = operands[m];
@@ -415,9 +415,68 @@ static int sdp_fp16_alone(accel_device* dev, const resolved_chain* chain,
     p.x[u].alu = units[u]->alu_per_channel ? widen(units[u]->alu, r->in_c, &cursor) : NULL;
     p.x[u].mul = units[u]->mul_per_channel ? widen(units[u]->mul, r->in_c, &cursor) : NULL;
   }
-  sdp_f16_run(&p, &whole, r->in_n, r->in_c, hw, input->data, output->data, dev->num_threads);
+  sdp_f16_run(&p, &whole, r->in_n, r->in_c, hw, in, in_wide, out, dev->num_threads);
   *status = ACCEL_OK;
   return 1;
+}
+
+/* An FP16 run of one SDP, halves in and out (unless an observer watches it: it sees each step
+ * widened). 1 when it ran (*status its result). */
+static int sdp_fp16_alone(accel_device* dev, const resolved_chain* chain,
+                          const accel_tensor* input, const accel_tensor* output,
+                          accel_status* status) {
+  if (chain->num_ops != 1 || chain->ops[0].op->engine != ACCEL_ENGINE_SDP || observing()) {
+    return 0;
+  }
+  return sdp_fp16_chunks(dev, &chain->ops[0], input->data, NULL, output->data, status);
+}
+
+/* An FP16 run of a direct CONV whose weights are data (none packed: attention's products) and
+ * its SDP: the CONV's fp32 accumulators taken from an earlier run of the same convolution, or
+ * computed and kept (accumulators.c), then the SDP over them in chunks. 1 when it ran. */
+static int conv_fp16_kept(accel_device* dev, const resolved_chain* chain,
+                          const accel_tensor* input, const accel_tensor* output,
+                          accel_status* status) {
+  const resolved_op* r = &chain->ops[0];
+  if (chain->num_ops != 2 || r->op->engine != ACCEL_ENGINE_CONV ||
+      chain->ops[1].op->engine != ACCEL_ENGINE_SDP || observing()) {
+    return 0;
+  }
+  const accel_conv_desc* d = &r->op->conv;
+  const conv_geometry* g = &r->conv;
+  const int64_t in_count = (int64_t)g->n * g->c * g->h * g->w;
+  const int64_t weight_count = (int64_t)g->k * (g->c / g->groups) * g->kernel_h * g->kernel_w;
+  const int64_t acc_count = output_count(r);
+  const size_t data_bytes = (size_t)in_count * sizeof(uint16_t);
+  const size_t weight_bytes = (size_t)weight_count * sizeof(uint16_t);
+  const int64_t macs = acc_count * (g->c / g->groups) * g->kernel_h * g->kernel_w;
+  if (d->weights_packed != NULL || d->mode != ACCEL_CONV_DIRECT || g->pixel_bytes != 0 ||
+      data_bytes + weight_bytes + (size_t)acc_count * sizeof(float) >
+          KEPT_ACCUMULATORS_MAX_BYTES ||
+      macs < KEPT_ACCUMULATORS_MIN_MACS * (in_count + weight_count)) {
+    return 0;
+  }
+  const float* acc =
+      accumulators_find(&dev->kept, g, input->data, data_bytes, d->weights, weight_bytes);
+  if (acc != NULL && conv_verbose()) conv_verbose_line("fp16", g, "kept");
+  if (acc == NULL) {
+    float* kept = accumulators_keep(&dev->kept, g, input->data, data_bytes, d->weights,
+                                    weight_bytes, (size_t)acc_count);
+    float* wide = workspace_get(&dev->ws, WS_CHAIN_A,
+                                (size_t)(in_count + weight_count) * sizeof(float));
+    if (kept == NULL || wide == NULL) return 0; /* out of memory: the run as any other */
+    half_to_float(input->data, wide, in_count);
+    half_to_float(d->weights, wide + in_count, weight_count);
+    const accel_status st =
+        conv_f32(g, wide, wide + in_count, kept, NULL, &dev->ws, dev->num_threads);
+    if (st != ACCEL_OK) {
+      *status = st;
+      return 1;
+    }
+    accumulators_filled(&dev->kept, kept);
+    acc = kept;
+  }
+  return sdp_fp16_chunks(dev, &chain->ops[1], NULL, acc, output->data, status);
 }
 
 /* FP16: every half the chain reads is widened into scratch (conv weights come widened already
@@ -426,8 +485,11 @@ static int sdp_fp16_alone(accel_device* dev, const resolved_chain* chain,
 static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* chain,
                                        const accel_tensor* input, const accel_tensor* output,
                                        const char* label) {
-  accel_status alone = ACCEL_OK;
-  if (sdp_fp16_alone(dev, chain, input, output, &alone)) return alone;
+  accel_status done = ACCEL_OK;
+  if (sdp_fp16_alone(dev, chain, input, output, &done) ||
+      conv_fp16_kept(dev, chain, input, output, &done)) {
+    return done;
+  }
   const int64_t in_count = (int64_t)input->n * input->c * input->h * input->w;
   const int64_t out_count = (int64_t)output->n * output->c * output->h * output->w;
   int64_t total = in_count + out_count;

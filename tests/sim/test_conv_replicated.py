@@ -70,11 +70,15 @@ def test_replicated_filters_give_the_references_bits_through_the_shortcut():
                     if line.startswith("accel_verbose,conv")])
     for case, value in zip(cases, json.loads(result.stdout)):
         line = next(verbose)
+        # an FP16 CONV whose weights are not packed keeps its accumulators: the second mode's
+        # run of the same convolution takes them (runtime/src/accumulators.c)
+        kept = ",kept," in line
+        assert kept == (case[7] == "fp16" and case[-1] == 1), (case, line)
         if ",replicated," in line:  # its one filter's CONV follows
             assert "oc1_" in next(verbose), line
         chain, x, _ = chain_of(*case)
         expected = ref.run_chain(chain, x)
         y = np.frombuffer(bytes.fromhex(value), expected.dtype).reshape(expected.shape)
         assert np.array_equal(y, expected, equal_nan=True), (case, int((y != expected).sum()))
-        assert (",replicated," in line) == case[-2], (case, line)
+        assert kept or (",replicated," in line) == case[-2], (case, line)
     assert next(verbose, None) is None

@@ -29,8 +29,8 @@ CHECKED_SUITES = ["test_conv_engine.py", "test_sdp_engine.py", "test_pdp_engine.
                   "test_conv_order.py",
                   # the token transposes' vector blocks and scalar edges, the replicated CONV
                   "test_transpose.py", "test_conv_replicated.py",
-                  # the SDP's rows of one value a plane and its FP16 chunks
-                  "test_sdp_rows.py"]
+                  # the SDP's rows of one value a plane and its FP16 chunks, kept accumulators
+                  "test_sdp_rows.py", "test_kept_accumulators.py"]
 
 
 def _run(cmd, **kwargs):
