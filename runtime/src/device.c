@@ -187,6 +187,11 @@ static sdp_i8 sdp_i8_operands(const accel_sdp_desc* d, int32_t channels) {
                   .lut = d->lut};
 }
 
+/* The bytes of one element of a tensor in `precision`. */
+static size_t element_bytes(accel_precision precision) {
+  return precision == ACCEL_INT8 ? 1 : precision == ACCEL_FP16 ? sizeof(uint16_t) : sizeof(float);
+}
+
 static int64_t output_count(const resolved_op* r) {
   return (int64_t)r->out_n * r->out_c * r->out_h * r->out_w;
 }
@@ -588,7 +593,7 @@ static accel_status execute_bdma(accel_device* dev, const resolved_chain* chain,
   const resolved_op* r = &chain->ops[0];
   const accel_bdma_desc* d = &r->op->bdma;
   const accel_precision p = d->precision;
-  const size_t eb = p == ACCEL_INT8 ? 1 : p == ACCEL_FP16 ? 2 : sizeof(float);
+  const size_t eb = element_bytes(p);
   const int64_t hw = (int64_t)r->in_h * r->in_w;
   const bdma_geometry g = {.n = r->in_n, .in_c = r->in_c, .out_c = r->out_c, .hw = hw,
                            .src_offset = d->src_offset, .src_stride = d->src_stride,
@@ -629,7 +634,7 @@ static accel_status execute_rubik(accel_device* dev, const resolved_chain* chain
   const resolved_op* r = &chain->ops[0];
   const accel_rubik_desc* d = &r->op->rubik;
   const accel_precision p = d->precision;
-  const size_t eb = p == ACCEL_INT8 ? 1 : p == ACCEL_FP16 ? 2 : sizeof(float);
+  const size_t eb = element_bytes(p);
   const rubik_geometry g = {.n = r->in_n, .out_c = r->out_c, .h = r->in_h, .w = r->in_w,
                             .sx = d->stride_x, .sy = d->stride_y};
   const int watched = observing();
@@ -934,8 +939,7 @@ static accel_status broadcast_operands(accel_device* dev, const resolved_chain* 
     local[i] = ops[i];
     const resolved_op* r = &chain->ops[i];
     if (!broadcasts(ops, i)) continue;
-    const size_t eb = ops[i].sdp.precision == ACCEL_INT8 ? 1
-                      : ops[i].sdp.precision == ACCEL_FP16 ? 2 : sizeof(float);
+    const size_t eb = element_bytes(ops[i].sdp.precision);
     total += ((size_t)r->in_n * r->in_c * r->in_h * r->in_w * eb + 63) / 64 * 64;
   }
   if (total == 0) return ACCEL_OK;
@@ -947,8 +951,7 @@ static accel_status broadcast_operands(accel_device* dev, const resolved_chain* 
     const resolved_op* r = &chain->ops[i];
     accel_sdp_desc* d = &local[i].sdp;
     if (!broadcasts(ops, i)) continue;
-    const size_t eb = d->precision == ACCEL_INT8 ? 1 : d->precision == ACCEL_FP16 ? 2
-                                                                                  : sizeof(float);
+    const size_t eb = element_bytes(d->precision);
     const int64_t planes = (int64_t)r->in_n * r->in_c, plane = (int64_t)r->in_h * r->in_w;
     const char* src = d->ew_operand;
     for (int64_t p = 0; p < planes; ++p)
