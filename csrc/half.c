@@ -59,6 +59,7 @@ enum { F16_MAGIC = 0x36484341 /* "ACH6" */, F16_HEADER = 64 };
 typedef struct f16_header {
   uint32_t magic;
   int32_t k, c, kernel_h, kernel_w, groups;
+  int32_t same_filters; /* conv_same_filters of the weights: a run need not compare them */
 } f16_header;
 
 static int64_t weight_count(const conv_geometry* g) {
@@ -70,11 +71,13 @@ size_t conv_f16_packed_bytes(const conv_geometry* g) {
 }
 
 void conv_f16_pack(const conv_geometry* g, const uint16_t* weights, void* dst) {
+  float* wide = (float*)((char*)dst + F16_HEADER);
+  half_to_float(weights, wide, weight_count(g));
   const f16_header h = {.magic = F16_MAGIC, .k = g->k, .c = g->c, .kernel_h = g->kernel_h,
-                        .kernel_w = g->kernel_w, .groups = g->groups};
+                        .kernel_w = g->kernel_w, .groups = g->groups,
+                        .same_filters = conv_same_filters(g, wide)};
   memset(dst, 0, F16_HEADER);
   memcpy(dst, &h, sizeof h);
-  half_to_float(weights, (float*)((char*)dst + F16_HEADER), weight_count(g));
 }
 
 int conv_f16_packed_matches(const conv_geometry* g, const void* packed) {
@@ -86,4 +89,10 @@ int conv_f16_packed_matches(const conv_geometry* g, const void* packed) {
 
 const float* conv_f16_packed_weights(const void* packed) {
   return (const float*)((const char*)packed + F16_HEADER);
+}
+
+int conv_f16_packed_same_filters(const void* packed) {
+  f16_header h;
+  memcpy(&h, packed, sizeof h);
+  return h.same_filters;
 }

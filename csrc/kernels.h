@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "accel/accel.h"
 
@@ -215,14 +216,23 @@ typedef struct sdp_f16_whole {
   const uint16_t* x[2][2];
 } sdp_f16_whole;
 
-/* out = SDP(in) over a whole [n][c][hw] tensor into halves, from halves `in` or (in NULL) fp32
- * `in_wide` (a CONV's accumulators), with p's per-channel operands (scale, shift, PReLU slope,
- * per-channel X unit operands) widened to fp32 and its whole ones in h (p's own pointers for
- * them unused; no ew_per_channel): sdp_f32_run's steps in fp32 on the widened values, each
- * output rounded to half once. In and out may be the same tensor; an operand may be the
- * output only if it is the same tensor (each chunk is read whole before it is written). */
+/* sdp_f16_run's input: halves, or fp32 values (a CONV's accumulators), or fp32 values of one
+ * channel an image [n][1][hw] that every channel reads (the sums of a CONV whose filters are
+ * all the same: conv_f32_replicates). */
+typedef struct sdp_f16_input {
+  const uint16_t* halves;
+  const float* wide;
+  int32_t one_channel;
+} sdp_f16_input;
+
+/* out = SDP(in) over a whole [n][c][hw] tensor into halves, with p's per-channel operands
+ * (scale, shift, PReLU slope, per-channel X unit operands) widened to fp32 and its whole ones
+ * in h (p's own pointers for them unused; no ew_per_channel): sdp_f32_run's steps in fp32 on
+ * the widened values, each output rounded to half once. In and out may be the same tensor;
+ * an operand may be the output only if it is the same tensor (each chunk is read whole before
+ * it is written). */
 void sdp_f16_run(const sdp_f32* p, const sdp_f16_whole* h, int32_t n, int32_t c, int64_t hw,
-                 const uint16_t* in, const float* in_wide, uint16_t* out, int32_t num_threads);
+                 sdp_f16_input in, uint16_t* out, int32_t num_threads);
 
 /* ---- CONV implementations (csrc/conv/: one file per algorithm and precision) ------------
  * conv_f32 and conv_i8 try their lists' implementations in order (conv/f32_impls.c,
@@ -238,6 +248,19 @@ int64_t conv_l1_bytes(void);        /* the L1 data cache's bytes (sysconf; 0: no
 int64_t conv_l2_bytes(void);        /* the L2 cache's bytes (sysconf; 0: not said) */
 int conv_impl_named(const char* names, const char* name); /* name in the comma-separated list */
 void conv_verbose_line(const char* precision, const conv_geometry* g, const char* impl);
+
+/* 1 when g and its one-filter form (k = 1) sum in conv/f32_order.h's order: where every filter
+ * holds the same bits (conv_same_filters), each output is then the first filter's sum at its
+ * position, whatever its channel (conv_f32 computes that one and copies it). */
+int conv_f32_replicates(const conv_geometry* g);
+/* 1 when every filter of g's weights holds the first's bits (half.c's packing asks too, so it
+ * is here; a geometry whose first two filters differ costs one comparison). */
+static inline int conv_same_filters(const conv_geometry* g, const float* weights) {
+  const int64_t depth = (int64_t)(g->c / g->groups) * g->kernel_h * g->kernel_w;
+  for (int32_t o = 1; o < g->k; ++o)
+    if (memcmp(weights + o * depth, weights, (size_t)depth * sizeof(float)) != 0) return 0;
+  return 1;
+}
 
 /* out = conv(in, weights), then the SDP epilogue on every output element when `epilogue` is
  * not NULL, exactly as sdp_f32_span would compute it on the finished convolution output.
@@ -643,6 +666,8 @@ size_t conv_f16_packed_bytes(const conv_geometry* g);
 void conv_f16_pack(const conv_geometry* g, const uint16_t* weights, void* dst);
 int conv_f16_packed_matches(const conv_geometry* g, const void* packed);
 const float* conv_f16_packed_weights(const void* packed);
+/* Whether the packed weights' filters all hold the same bits (conv_same_filters, at packing). */
+int conv_f16_packed_same_filters(const void* packed);
 
 #ifdef __cplusplus
 }

@@ -362,8 +362,8 @@ void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float
            (void*)&J);
 }
 
-/* FP16 in and out (sdp_f16_run): chunks of at most F16_CHUNK values, each widened into
- * buffers in L1 (the input, unless it is fp32, and every whole operand), through sdp_f32_run with the per-channel
+/* FP16 out (sdp_f16_run): chunks of at most F16_CHUNK values, each widened into buffers in
+ * L1 (the input, unless it is fp32, and every whole operand), through sdp_f32_run with the per-channel
  * operands offset to the chunk's first channel, then narrowed once into the output. */
 enum { F16_CHUNK = 1024 };
 
@@ -373,8 +373,7 @@ typedef struct f16_job {
   int32_t n, c;
   int64_t hw, per_item; /* per_item: chunks per pool_for item */
   int64_t planes_per_chunk, pieces_per_plane, chunks_per_image;
-  const uint16_t* in;
-  const float* in_wide;
+  sdp_f16_input in;
   uint16_t* out;
 } f16_job;
 
@@ -396,7 +395,16 @@ static void f16_chunk(const f16_job* J, int64_t chunk) {
   q.scale = q.scale != NULL ? q.scale + ch0 : NULL;
   q.shift = q.shift != NULL ? q.shift + ch0 : NULL;
   q.prelu_slope = q.prelu_slope != NULL ? q.prelu_slope + ch0 : NULL;
-  if (J->in != NULL) half_to_float(J->in + at, x, count);
+  const float* src = x;
+  if (J->in.halves != NULL) {
+    half_to_float(J->in.halves + at, x, count);
+  } else if (!J->in.one_channel) {
+    src = J->in.wide + at;
+  } else { /* every channel's plane (or piece) is the image's one */
+    const float* plane = J->in.wide + image * J->hw + from;
+    const int64_t length = planes == 1 ? count : J->hw;
+    for (int64_t k = 0; k < planes; ++k) memcpy(x + k * length, plane, (size_t)length * 4);
+  }
   if (J->h->ew != NULL) {
     half_to_float(J->h->ew + at, ew, count);
     q.ew_operand = ew;
@@ -412,8 +420,7 @@ static void f16_chunk(const f16_job* J, int64_t chunk) {
       }
     }
   }
-  sdp_f32_run(&q, 1, (int32_t)planes, planes == 1 ? count : J->hw,
-              J->in != NULL ? x : J->in_wide + at, x, 1);
+  sdp_f32_run(&q, 1, (int32_t)planes, planes == 1 ? count : J->hw, src, x, 1);
   float_to_half(x, J->out + at, count);
 }
 
@@ -426,9 +433,8 @@ static void f16_item(void* ctx, int64_t item, int participant) {
 }
 
 void sdp_f16_run(const sdp_f32* p, const sdp_f16_whole* h, int32_t n, int32_t c, int64_t hw,
-                 const uint16_t* in, const float* in_wide, uint16_t* out, int32_t num_threads) {
-  f16_job J = {.p = p, .h = h, .n = n, .c = c, .hw = hw, .in = in, .in_wide = in_wide,
-               .out = out};
+                 sdp_f16_input in, uint16_t* out, int32_t num_threads) {
+  f16_job J = {.p = p, .h = h, .n = n, .c = c, .hw = hw, .in = in, .out = out};
   if (hw > F16_CHUNK) {
     J.pieces_per_plane = (hw + F16_CHUNK - 1) / F16_CHUNK;
     J.planes_per_chunk = 1;

@@ -186,16 +186,12 @@ int conv_f32_dot_tail(const conv_geometry* g) {
   return impl->dot_tail != NULL ? impl->dot_tail(&P) : -1;
 }
 
-/* 1 when every filter holds the same bits as the first and both g and its one-filter form run
- * in f32_order.h's order (not OpenBLAS's): FP16's layer norms and softmaxes broadcast a sum
- * over C to every channel by a CONV of ones C -> C (sim/decompose.py's sum_broadcast), as the
- * hardware would, and each of its outputs is then the first filter's sum. A geometry whose
- * first two filters differ costs one comparison. */
-static int replicated_filters(const conv_geometry* g, const float* weights) {
+/* Whether g and its one-filter form both sum in f32_order.h's order (not OpenBLAS's), so that
+ * where every filter holds the same bits each output is the first filter's sum at its position:
+ * FP16's layer norms and softmaxes broadcast a sum over C to every channel by a CONV of ones
+ * C -> C (sim/decompose.py's sum_broadcast), as the hardware would. */
+int conv_f32_replicates(const conv_geometry* g) {
   if (g->k < 2 || g->groups != 1 || g->pixel_bytes != 0 || g->multi_batch) return 0;
-  const int64_t depth = (int64_t)g->c * g->kernel_h * g->kernel_w;
-  for (int32_t o = 1; o < g->k; ++o)
-    if (memcmp(weights + o * depth, weights, (size_t)depth * sizeof(float)) != 0) return 0;
   conv_geometry one = *g;
   one.k = 1;
   return conv_f32_dot_tail(g) >= 0 && conv_f32_dot_tail(&one) >= 0;
@@ -226,7 +222,7 @@ accel_status conv_f32(const conv_geometry* g, const float* in, const float* weig
                       const sdp_f32* epilogue, workspace* ws, int32_t num_threads) {
   if (num_threads < 1) num_threads = 1;
   if (num_threads > WS_THREAD_SLOTS) num_threads = WS_THREAD_SLOTS;
-  if (replicated_filters(g, weights)) {
+  if (conv_f32_replicates(g) && conv_same_filters(g, weights)) {
     if (conv_verbose()) conv_verbose_line("fp32", g, "replicated");
     return conv_replicated(g, in, weights, out, epilogue, ws, num_threads);
   }

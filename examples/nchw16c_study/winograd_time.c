@@ -6,8 +6,8 @@
  * Build (from the repository root):
  *   gcc -O3 -march=native -ffp-contract=off -w -Icsrc -Iruntime/include -Iruntime/src \
  *     -o winograd_time examples/nchw16c_study/winograd_time.c csrc/winograd.c \
- *     csrc/winograd_c16.c csrc/sdp.c csrc/pool.c csrc/workspace.c csrc/lut.c csrc/half.c \
- *     csrc/layout.c runtime/src/errors.c -lpthread -lm
+ *     csrc/winograd_c16.c csrc/sdp.c csrc/pool.c csrc/workspace.c csrc/lut.c csrc/lut_tables.c \
+ *     csrc/half.c csrc/layout.c runtime/src/errors.c -lpthread -lm
  * Run: ./winograd_time C HW K EPILOGUE COLD ROUNDS CALLS
  *   EPILOGUE 1: scale + shift + ReLU, 2: + residual add; COLD 1: a 32 MB sweep and the output
  *   flushed before each call. Prints, per kernel, the range and median over ROUNDS of each

@@ -374,18 +374,18 @@ static int same_or_apart(const void* a, const void* b, size_t bytes) {
   return x == y || x + bytes <= y || y + bytes <= x;
 }
 
-/* SDP op r of an FP16 run from `in` (halves) or `in_wide` (fp32: a CONV's accumulators) to
+/* SDP op r of an FP16 run from `in` (sdp_f16_input: halves, or a CONV's fp32 accumulators) to
  * `out` (halves) in L1 chunks (sdp_f16_run), unless a tensor it reads overlaps the output other
  * than as the same tensor (the chunks read and write as they go): 0 then, nothing done. */
-static int sdp_fp16_chunks(accel_device* dev, const resolved_op* r, const void* in,
-                           const float* in_wide, void* out, accel_status* status) {
+static int sdp_fp16_chunks(accel_device* dev, const resolved_op* r, sdp_f16_input in,
+                           void* out, accel_status* status) {
   const accel_sdp_desc* d = &r->op->sdp;
   const int64_t hw = (int64_t)r->in_h * r->in_w;
   const size_t bytes = (size_t)((int64_t)r->in_n * r->in_c * hw) * sizeof(uint16_t);
   const accel_sdp_x* units[2] = {&d->x1, &d->x2};
   sdp_f16_whole whole = {.ew = d->ew_op != ACCEL_EW_NONE ? d->ew_operand : NULL};
   int per_channel = 0; /* operands of C values to widen */
-  if (d->ew_per_channel || (in != NULL && !same_or_apart(in, out, bytes)) ||
+  if (d->ew_per_channel || (in.halves != NULL && !same_or_apart(in.halves, out, bytes)) ||
       (whole.ew != NULL && !same_or_apart(whole.ew, out, bytes))) {
     return 0;
   }
@@ -420,7 +420,7 @@ static int sdp_fp16_chunks(accel_device* dev, const resolved_op* r, const void* 
     p.x[u].alu = units[u]->alu_per_channel ? widen(units[u]->alu, r->in_c, &cursor) : NULL;
     p.x[u].mul = units[u]->mul_per_channel ? widen(units[u]->mul, r->in_c, &cursor) : NULL;
   }
-  sdp_f16_run(&p, &whole, r->in_n, r->in_c, hw, in, in_wide, out, dev->num_threads);
+  sdp_f16_run(&p, &whole, r->in_n, r->in_c, hw, in, out, dev->num_threads);
   *status = ACCEL_OK;
   return 1;
 }
@@ -433,7 +433,8 @@ static int sdp_fp16_alone(accel_device* dev, const resolved_chain* chain,
   if (chain->num_ops != 1 || chain->ops[0].op->engine != ACCEL_ENGINE_SDP || observing()) {
     return 0;
   }
-  return sdp_fp16_chunks(dev, &chain->ops[0], input->data, NULL, output->data, status);
+  const sdp_f16_input in = {.halves = input->data};
+  return sdp_fp16_chunks(dev, &chain->ops[0], in, output->data, status);
 }
 
 /* An FP16 run of a direct CONV whose weights are data (none packed: attention's products) and
@@ -481,7 +482,44 @@ static int conv_fp16_kept(accel_device* dev, const resolved_chain* chain,
     accumulators_filled(&dev->kept, kept);
     acc = kept;
   }
-  return sdp_fp16_chunks(dev, &chain->ops[1], NULL, acc, output->data, status);
+  const sdp_f16_input in = {.wide = acc};
+  return sdp_fp16_chunks(dev, &chain->ops[1], in, output->data, status);
+}
+
+/* An FP16 run of a direct CONV with packed weights whose filters are all the same (a layer
+ * norm's or softmax's sum over C broadcast by a CONV of ones C -> C: conv_f32_replicates) and
+ * its SDP: the first filter's sums once, then the SDP over them as every channel's, in chunks.
+ * The general path copied the sums to every channel in fp32 scratch, ran the SDP there and
+ * narrowed the copies. 1 when it ran. */
+static int conv_fp16_replicated(accel_device* dev, const resolved_chain* chain,
+                                const accel_tensor* input, const accel_tensor* output,
+                                accel_status* status) {
+  const resolved_op* r = &chain->ops[0];
+  if (chain->num_ops != 2 || r->op->engine != ACCEL_ENGINE_CONV ||
+      chain->ops[1].op->engine != ACCEL_ENGINE_SDP || observing() ||
+      r->op->conv.weights_packed == NULL || r->op->conv.mode != ACCEL_CONV_DIRECT) {
+    return 0;
+  }
+  const conv_geometry* g = &r->conv;
+  if (!conv_f16_packed_same_filters(r->op->conv.weights_packed) || !conv_f32_replicates(g)) {
+    return 0;
+  }
+  const float* weights = conv_f16_packed_weights(r->op->conv.weights_packed);
+  conv_geometry one = *g;
+  one.k = 1;
+  const int64_t in_count = (int64_t)g->n * g->c * g->h * g->w;
+  const int64_t sums = (int64_t)g->n * g->out_h * g->out_w;
+  float* wide = workspace_get(&dev->ws, WS_CHAIN_A, (size_t)(in_count + sums) * sizeof(float));
+  if (wide == NULL) return 0; /* out of memory: the run as any other */
+  half_to_float(input->data, wide, in_count);
+  const accel_status st =
+      conv_f32(&one, wide, weights, wide + in_count, NULL, &dev->ws, dev->num_threads);
+  if (st != ACCEL_OK) {
+    *status = st;
+    return 1;
+  }
+  const sdp_f16_input in = {.wide = wide + in_count, .one_channel = 1};
+  return sdp_fp16_chunks(dev, &chain->ops[1], in, output->data, status);
 }
 
 /* FP16: every half the chain reads is widened into scratch (conv weights come widened already
@@ -492,7 +530,8 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
                                        const char* label) {
   accel_status done = ACCEL_OK;
   if (sdp_fp16_alone(dev, chain, input, output, &done) ||
-      conv_fp16_kept(dev, chain, input, output, &done)) {
+      conv_fp16_kept(dev, chain, input, output, &done) ||
+      conv_fp16_replicated(dev, chain, input, output, &done)) {
     return done;
   }
   const int64_t in_count = (int64_t)input->n * input->c * input->h * input->w;

@@ -41,9 +41,10 @@ CASES = [(1, 192, 1, 197, 192, 1, 0, "fp16", None, True),
          (1, 37, 1, 50, 37, 1, 0, "fp32", None, False)]
 
 
-def chain_of(n, c, h, w, k, kernel, padding, precision, act, same, mode_index=0):
+def chain_of(n, c, h, w, k, kernel, padding, precision, act, same, mode_index=0, packed=False):
     """The chain, its input and its mode for one case: every filter the first's (``same``)
-    or the last filter's last weight changed; a per-channel scale and shift after it."""
+    or the last filter's last weight changed; a per-channel scale and shift after it; the
+    CONV's weights pre-packed (``packed``: as the generated code's, FP16's widened)."""
     rng = np.random.default_rng(n * 1000 + c + k)
     dt = np.float16 if precision == "fp16" else np.float32
     x = rng.standard_normal((n, c, h, w)).astype(dt)
@@ -53,7 +54,8 @@ def chain_of(n, c, h, w, k, kernel, padding, precision, act, same, mode_index=0)
         weights[-1, -1, -1, -1] += dt(1)
     scale = rng.uniform(-0.2, 0.2, k).astype(dt)
     shift = rng.standard_normal(k).astype(dt)
-    chain = [Conv(weights, padding=padding, precision=precision),
+    conv = Conv(weights, padding=padding, precision=precision)
+    chain = [conv.packed_for("nv_full") if packed else conv,
              Sdp(scale=scale, shift=shift, act=act, precision=precision)]
     return chain, x, ("fused", "independent")[mode_index]
 
@@ -81,4 +83,30 @@ def test_replicated_filters_give_the_references_bits_through_the_shortcut():
         y = np.frombuffer(bytes.fromhex(value), expected.dtype).reshape(expected.shape)
         assert np.array_equal(y, expected, equal_nan=True), (case, int((y != expected).sum()))
         assert kept or (",replicated," in line) == case[-2], (case, line)
+    assert next(verbose, None) is None
+
+
+def test_packed_fp16_replicated_filters_run_one_filter_into_the_sdp():
+    """FP16 with packed weights (the generated code's): the first filter's sums once, the SDP
+    over them as every channel's (device.c's conv_fp16_replicated), the reference's bits; a
+    CONV whose filters differ runs whole."""
+    fp16 = [case for case in CASES if case[7] == "fp16"]
+    differing = [fp16[0][:-1] + (False,)]
+    cases = [case + (mode, True) for case in fp16 + differing for mode in (0, 1)]
+    environ = {k: v for k, v in os.environ.items() if k != "ACCEL_CONV_IMPL"}
+    environ["ACCEL_VERBOSE"] = "1"
+    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)],
+                            capture_output=True, text=True, env=environ,
+                            cwd=Path(__file__).parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    verbose = iter([line for line in result.stderr.splitlines()
+                    if line.startswith("accel_verbose,conv")])
+    for case, value in zip(cases, json.loads(result.stdout)):
+        line = next(verbose)
+        assert ",replicated," not in line, (case, line)
+        assert ("oc1_" in line) == case[9], (case, line)
+        chain, x, _ = chain_of(*case)
+        expected = ref.run_chain(chain, x)
+        y = np.frombuffer(bytes.fromhex(value), expected.dtype).reshape(expected.shape)
+        assert np.array_equal(y, expected, equal_nan=True), (case, int((y != expected).sum()))
     assert next(verbose, None) is None
