@@ -363,8 +363,9 @@ void sdp_f32_run(const sdp_f32* p, int32_t n, int32_t c, int64_t hw, const float
 }
 
 /* FP16 out (sdp_f16_run): chunks of at most F16_CHUNK values, each widened into buffers in
- * L1 (the input, unless it is fp32, and every whole operand), through sdp_f32_run with the per-channel
- * operands offset to the chunk's first channel, then narrowed once into the output. */
+ * L1 (the input, unless it is fp32, and every whole operand), through sdp_f32_run with the
+ * per-channel operands offset to the chunk's first channel, then narrowed once into the
+ * output. */
 enum { F16_CHUNK = 1024 };
 
 typedef struct f16_job {
@@ -403,7 +404,9 @@ static void f16_chunk(const f16_job* J, int64_t chunk) {
   } else { /* every channel's plane (or piece) is the image's one */
     const float* plane = J->in.wide + image * J->hw + from;
     const int64_t length = planes == 1 ? count : J->hw;
-    for (int64_t k = 0; k < planes; ++k) memcpy(x + k * length, plane, (size_t)length * 4);
+    for (int64_t i = 0; i < planes; ++i) {
+      memcpy(x + i * length, plane, (size_t)length * sizeof(float));
+    }
   }
   if (J->h->ew != NULL) {
     half_to_float(J->h->ew + at, ew, count);

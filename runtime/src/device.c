@@ -523,8 +523,10 @@ static int conv_fp16_replicated(accel_device* dev, const resolved_chain* chain,
 }
 
 /* FP16: every half the chain reads is widened into scratch (conv weights come widened already
- * when they are packed, and pre-transformed in Winograd mode), the fp32 engines run on the widened copies with each pass's output
- * rounded to half, and the result is narrowed. */
+ * when they are packed, and pre-transformed in Winograd mode), the fp32 engines run on the
+ * widened copies with each pass's output rounded to half, and the result is narrowed. A lone
+ * SDP, a CONV whose weights are data and a CONV of identical packed filters (each with its SDP)
+ * take the shorter ways above, to the same bits (docs/kernels.md, "FP16 runs"). */
 static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* chain,
                                        const accel_tensor* input, const accel_tensor* output,
                                        const char* label) {

@@ -26,9 +26,11 @@ def _sdp(rng, shape, dtype, precision, units, per_channel, ew_op, ew_per_channel
                                                 ).astype(dtype)
     if act == "prelu":
         kwargs["prelu_slope"] = rng.uniform(0, 0.5, c).astype(dtype)
-    return Sdp(scale=rng.standard_normal(c).astype(dtype), shift=rng.standard_normal(c).astype(dtype),
-               ew_op=ew_op, ew_per_channel=ew_per_channel, act=act,
-               x_per_channel=tuple(n for n in per_channel if n in units), precision=precision,
+    return Sdp(scale=rng.standard_normal(c).astype(dtype),
+               shift=rng.standard_normal(c).astype(dtype), ew_op=ew_op,
+               ew_per_channel=ew_per_channel, act=act,
+               x_per_channel=tuple(name for name in per_channel if name in units),
+               precision=precision,
                **kwargs)
 
 
