@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "accumulators.h"
+#include "fp16_runs.h"
 #include "internal.h"
 
 struct accel_device {
@@ -162,7 +163,7 @@ int32_t accel_device_threads(const accel_device* dev) { return dev ? dev->num_th
 int32_t accel_int8_amx(int32_t request) { return conv_i8_amx(request < 0 ? -1 : request != 0); }
 
 /* FP16 evaluates the LUT activations through the LUT model, FP32 exactly. */
-static sdp_f32 sdp_operands(const accel_sdp_desc* d) {
+sdp_f32 sdp_operands(const accel_sdp_desc* d) {
   return (sdp_f32){.scale = d->scale, .shift = d->shift, .ew_op = d->ew_op,
                    .ew_operand = d->ew_operand, .ew_per_channel = d->ew_per_channel,
                    .act = d->act, .clip_min = d->clip_min,
@@ -359,181 +360,18 @@ static accel_status execute_chain(accel_device* dev, const resolved_chain* chain
   return ACCEL_OK;
 }
 
-/* Widen `count` halves into *cursor and advance it; NULL stays NULL. */
-static const float* widen(const void* halves, int64_t count, float** cursor) {
-  if (halves == NULL) return NULL;
-  float* dst = *cursor;
-  half_to_float(halves, dst, count);
-  *cursor += count;
-  return dst;
-}
-
-/* Whether [a, a + bytes) and [b, b + bytes) are the same range or do not meet. */
-static int same_or_apart(const void* a, const void* b, size_t bytes) {
-  const char *x = a, *y = b;
-  return x == y || x + bytes <= y || y + bytes <= x;
-}
-
-/* SDP op r of an FP16 run from `in` (sdp_f16_input: halves, or a CONV's fp32 accumulators) to
- * `out` (halves) in L1 chunks (sdp_f16_run), unless a tensor it reads overlaps the output other
- * than as the same tensor (the chunks read and write as they go): 0 then, nothing done. */
-static int sdp_fp16_chunks(accel_device* dev, const resolved_op* r, sdp_f16_input in,
-                           void* out, accel_status* status) {
-  const accel_sdp_desc* d = &r->op->sdp;
-  const int64_t hw = (int64_t)r->in_h * r->in_w;
-  const size_t bytes = (size_t)((int64_t)r->in_n * r->in_c * hw) * sizeof(uint16_t);
-  const accel_sdp_x* units[2] = {&d->x1, &d->x2};
-  sdp_f16_whole whole = {.ew = d->ew_op != ACCEL_EW_NONE ? d->ew_operand : NULL};
-  int per_channel = 0; /* operands of C values to widen */
-  if (d->ew_per_channel || (in.halves != NULL && !same_or_apart(in.halves, out, bytes)) ||
-      (whole.ew != NULL && !same_or_apart(whole.ew, out, bytes))) {
-    return 0;
-  }
-  for (int u = 0; u < 2; ++u) {
-    const void* operands[2] = {units[u]->alu, units[u]->mul};
-    const int32_t channel_wise[2] = {units[u]->alu_per_channel, units[u]->mul_per_channel};
-    for (int m = 0; m < 2; ++m) {
-      if (operands[m] == NULL) continue;
-      if (channel_wise[m]) {
-        ++per_channel;
-      } else if (!same_or_apart(operands[m], out, bytes)) {
-        return 0;
-      } else {
-        whole.x[u][m] = operands[m];
-      }
-    }
-  }
-  per_channel += 3; /* scale, shift, PReLU slope */
-  float* cursor = workspace_get(&dev->ws, WS_FP16_WIDE, (size_t)per_channel * r->in_c *
-                                                            sizeof(float));
-  if (cursor == NULL) {
-    *status = accel_fail(ACCEL_ERR_NO_MEMORY, "cannot allocate %zu bytes of scratch",
-                         (size_t)per_channel * r->in_c * sizeof(float));
-    return 1;
-  }
-  sdp_f32 p = sdp_operands(d); /* the precision stays FP16: the LUT model */
-  p.scale = widen(d->scale, r->in_c, &cursor);
-  p.shift = widen(d->shift, r->in_c, &cursor);
-  p.prelu_slope = d->act == ACCEL_ACT_PRELU ? widen(d->prelu_slope, r->in_c, &cursor) : NULL;
-  p.ew_operand = NULL;
-  for (int u = 0; u < 2; ++u) {
-    p.x[u].alu = units[u]->alu_per_channel ? widen(units[u]->alu, r->in_c, &cursor) : NULL;
-    p.x[u].mul = units[u]->mul_per_channel ? widen(units[u]->mul, r->in_c, &cursor) : NULL;
-  }
-  sdp_f16_run(&p, &whole, r->in_n, r->in_c, hw, in, out, dev->num_threads);
-  *status = ACCEL_OK;
-  return 1;
-}
-
-/* An FP16 run of one SDP, halves in and out (unless an observer watches it: it sees each step
- * widened). 1 when it ran (*status its result). */
-static int sdp_fp16_alone(accel_device* dev, const resolved_chain* chain,
-                          const accel_tensor* input, const accel_tensor* output,
-                          accel_status* status) {
-  if (chain->num_ops != 1 || chain->ops[0].op->engine != ACCEL_ENGINE_SDP || observing()) {
-    return 0;
-  }
-  const sdp_f16_input in = {.halves = input->data};
-  return sdp_fp16_chunks(dev, &chain->ops[0], in, output->data, status);
-}
-
-/* An FP16 run of a direct CONV whose weights are data (none packed: attention's products) and
- * its SDP: the CONV's fp32 accumulators taken from an earlier run of the same convolution, or
- * computed and kept (accumulators.c), then the SDP over them in chunks. 1 when it ran. */
-static int conv_fp16_kept(accel_device* dev, const resolved_chain* chain,
-                          const accel_tensor* input, const accel_tensor* output,
-                          accel_status* status) {
-  const resolved_op* r = &chain->ops[0];
-  if (chain->num_ops != 2 || r->op->engine != ACCEL_ENGINE_CONV ||
-      chain->ops[1].op->engine != ACCEL_ENGINE_SDP || observing()) {
-    return 0;
-  }
-  const accel_conv_desc* d = &r->op->conv;
-  const conv_geometry* g = &r->conv;
-  const int64_t in_count = (int64_t)g->n * g->c * g->h * g->w;
-  const int64_t weight_count = (int64_t)g->k * (g->c / g->groups) * g->kernel_h * g->kernel_w;
-  const int64_t acc_count = output_count(r);
-  const size_t data_bytes = (size_t)in_count * sizeof(uint16_t);
-  const size_t weight_bytes = (size_t)weight_count * sizeof(uint16_t);
-  const int64_t macs = acc_count * (g->c / g->groups) * g->kernel_h * g->kernel_w;
-  if (d->weights_packed != NULL || d->mode != ACCEL_CONV_DIRECT || g->pixel_bytes != 0 ||
-      data_bytes + weight_bytes + (size_t)acc_count * sizeof(float) >
-          KEPT_ACCUMULATORS_MAX_BYTES ||
-      macs < KEPT_ACCUMULATORS_MIN_MACS * (in_count + weight_count)) {
-    return 0;
-  }
-  const float* acc =
-      accumulators_find(&dev->kept, g, input->data, data_bytes, d->weights, weight_bytes);
-  if (acc != NULL && conv_verbose()) conv_verbose_line("fp16", g, "kept");
-  if (acc == NULL) {
-    float* kept = accumulators_keep(&dev->kept, g, input->data, data_bytes, d->weights,
-                                    weight_bytes, (size_t)acc_count);
-    float* wide = workspace_get(&dev->ws, WS_CHAIN_A,
-                                (size_t)(in_count + weight_count) * sizeof(float));
-    if (kept == NULL || wide == NULL) return 0; /* out of memory: the run as any other */
-    half_to_float(input->data, wide, in_count);
-    half_to_float(d->weights, wide + in_count, weight_count);
-    const accel_status st =
-        conv_f32(g, wide, wide + in_count, kept, NULL, &dev->ws, dev->num_threads);
-    if (st != ACCEL_OK) {
-      *status = st;
-      return 1;
-    }
-    accumulators_filled(&dev->kept, kept);
-    acc = kept;
-  }
-  const sdp_f16_input in = {.wide = acc};
-  return sdp_fp16_chunks(dev, &chain->ops[1], in, output->data, status);
-}
-
-/* An FP16 run of a direct CONV with packed weights whose filters are all the same (a layer
- * norm's or softmax's sum over C broadcast by a CONV of ones C -> C: conv_f32_replicates) and
- * its SDP: the first filter's sums once, then the SDP over them as every channel's, in chunks.
- * The general path copied the sums to every channel in fp32 scratch, ran the SDP there and
- * narrowed the copies. 1 when it ran. */
-static int conv_fp16_replicated(accel_device* dev, const resolved_chain* chain,
-                                const accel_tensor* input, const accel_tensor* output,
-                                accel_status* status) {
-  const resolved_op* r = &chain->ops[0];
-  if (chain->num_ops != 2 || r->op->engine != ACCEL_ENGINE_CONV ||
-      chain->ops[1].op->engine != ACCEL_ENGINE_SDP || observing() ||
-      r->op->conv.weights_packed == NULL || r->op->conv.mode != ACCEL_CONV_DIRECT) {
-    return 0;
-  }
-  const conv_geometry* g = &r->conv;
-  if (!conv_f16_packed_same_filters(r->op->conv.weights_packed) || !conv_f32_replicates(g)) {
-    return 0;
-  }
-  const float* weights = conv_f16_packed_weights(r->op->conv.weights_packed);
-  conv_geometry one = *g;
-  one.k = 1;
-  const int64_t in_count = (int64_t)g->n * g->c * g->h * g->w;
-  const int64_t sums = (int64_t)g->n * g->out_h * g->out_w;
-  float* wide = workspace_get(&dev->ws, WS_CHAIN_A, (size_t)(in_count + sums) * sizeof(float));
-  if (wide == NULL) return 0; /* out of memory: the run as any other */
-  half_to_float(input->data, wide, in_count);
-  const accel_status st =
-      conv_f32(&one, wide, weights, wide + in_count, NULL, &dev->ws, dev->num_threads);
-  if (st != ACCEL_OK) {
-    *status = st;
-    return 1;
-  }
-  const sdp_f16_input in = {.wide = wide + in_count, .one_channel = 1};
-  return sdp_fp16_chunks(dev, &chain->ops[1], in, output->data, status);
-}
-
 /* FP16: every half the chain reads is widened into scratch (conv weights come widened already
  * when they are packed, and pre-transformed in Winograd mode), the fp32 engines run on the
  * widened copies with each pass's output rounded to half, and the result is narrowed. A lone
  * SDP, a CONV whose weights are data and a CONV of identical packed filters (each with its SDP)
- * take the shorter ways above, to the same bits (docs/kernels.md, "FP16 runs"). */
+ * take shorter ways to the same bits (fp16_runs.c). */
 static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* chain,
                                        const accel_tensor* input, const accel_tensor* output,
                                        const char* label) {
   accel_status done = ACCEL_OK;
-  if (sdp_fp16_alone(dev, chain, input, output, &done) ||
-      conv_fp16_kept(dev, chain, input, output, &done) ||
-      conv_fp16_replicated(dev, chain, input, output, &done)) {
+  const fp16_scratch scratch = {.ws = &dev->ws, .kept = &dev->kept,
+                                .num_threads = dev->num_threads};
+  if (fp16_run_shorter(&scratch, chain, input, output, &done)) {
     return done;
   }
   const int64_t in_count = (int64_t)input->n * input->c * input->h * input->w;
@@ -576,21 +414,21 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
       ops[i].conv.weights =
           r->op->conv.weights_packed != NULL
               ? conv_f16_packed_weights(r->op->conv.weights_packed)
-              : widen(r->op->conv.weights,
+              : fp16_widen(r->op->conv.weights,
                       (int64_t)r->conv.k * (r->conv.c / r->conv.groups) * r->conv.kernel_h *
                           r->conv.kernel_w, &cursor);
     } else if (r->op->engine == ACCEL_ENGINE_SDP) {
       accel_sdp_desc* d = &ops[i].sdp;
       /* The precision stays FP16: it selects the LUT model for LUT activations. */
-      d->scale = widen(d->scale, r->in_c, &cursor);
-      d->shift = widen(d->shift, r->in_c, &cursor);
-      d->prelu_slope = d->act == ACCEL_ACT_PRELU ? widen(d->prelu_slope, r->in_c, &cursor) : NULL;
+      d->scale = fp16_widen(d->scale, r->in_c, &cursor);
+      d->shift = fp16_widen(d->shift, r->in_c, &cursor);
+      d->prelu_slope = d->act == ACCEL_ACT_PRELU ? fp16_widen(d->prelu_slope, r->in_c, &cursor) : NULL;
       const int64_t whole = (int64_t)r->in_n * r->in_c * r->in_h * r->in_w;
-      d->ew_operand = d->ew_op != ACCEL_EW_NONE ? widen(d->ew_operand, whole, &cursor) : NULL;
+      d->ew_operand = d->ew_op != ACCEL_EW_NONE ? fp16_widen(d->ew_operand, whole, &cursor) : NULL;
       accel_sdp_x* units[2] = {&d->x1, &d->x2};
       for (int u = 0; u < 2; ++u) {
-        units[u]->alu = widen(units[u]->alu, units[u]->alu_per_channel ? r->in_c : whole, &cursor);
-        units[u]->mul = widen(units[u]->mul, units[u]->mul_per_channel ? r->in_c : whole, &cursor);
+        units[u]->alu = fp16_widen(units[u]->alu, units[u]->alu_per_channel ? r->in_c : whole, &cursor);
+        units[u]->mul = fp16_widen(units[u]->mul, units[u]->mul_per_channel ? r->in_c : whole, &cursor);
       }
     } else if (r->op->engine == ACCEL_ENGINE_PDP) {
       ops[i].pdp.precision = ACCEL_FP32;
@@ -598,7 +436,7 @@ static accel_status execute_chain_fp16(accel_device* dev, const resolved_chain* 
       ops[i].cdp.precision = ACCEL_FP32;
     }
   }
-  const float* in = widen(input->data, in_count, &cursor);
+  const float* in = fp16_widen(input->data, in_count, &cursor);
   float* out = cursor;
   accel_status st = execute_chain(dev, &wide, ACCEL_FP16, sizeof(float), 1, in, out, label);
   if (st == ACCEL_OK) float_to_half(out, output->data, out_count);

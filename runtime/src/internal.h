@@ -9,6 +9,10 @@
 
 const char* precision_name(accel_precision precision);
 
+/* An SDP descriptor's operands as the fp32 kernels take them (device.c); FP16 evaluates the
+ * LUT activations through the LUT model, FP32 exactly. */
+sdp_f32 sdp_operands(const accel_sdp_desc* d);
+
 /* Validate a chain against `cfg` and infer its shapes. With need_data, every buffer the run
  * reads or writes must be non-NULL and aligned (accel_estimate passes 0). With output NULL,
  * the final shape is not checked. */

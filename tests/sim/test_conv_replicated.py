@@ -88,7 +88,7 @@ def test_replicated_filters_give_the_references_bits_through_the_shortcut():
 
 def test_packed_fp16_replicated_filters_run_one_filter_into_the_sdp():
     """FP16 with packed weights (the generated code's): the first filter's sums once, the SDP
-    over them as every channel's (device.c's conv_fp16_replicated), the reference's bits; a
+    over them as every channel's (runtime/src/fp16_runs.c's conv_fp16_replicated), the reference's bits; a
     CONV whose filters differ runs whole."""
     fp16 = [case for case in CASES if case[7] == "fp16"]
     differing = [fp16[0][:-1] + (False,)]
