@@ -7,9 +7,11 @@ run without them, and test_sanitizers.py runs them again with a sanitized libacc
 """
 import dataclasses
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -284,6 +286,17 @@ def load_example(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_verbose_child(child: str, cases, cwd) -> tuple:
+    """Run Python ``child`` with the JSON of ``cases`` as its argument and ACCEL_VERBOSE=1 (read
+    once per process, hence a child), from ``cwd``: (its stderr's lines, the JSON it printed)."""
+    environ = {k: v for k, v in os.environ.items() if k != "ACCEL_CONV_IMPL"}
+    environ["ACCEL_VERBOSE"] = "1"
+    result = subprocess.run([sys.executable, "-c", child, json.dumps(cases)],
+                            capture_output=True, text=True, env=environ, cwd=cwd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stderr.splitlines(), json.loads(result.stdout)
 
 
 def build_c_program(tmp_path_factory, program: str, sources, flags) -> Path:

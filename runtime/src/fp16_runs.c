@@ -76,16 +76,21 @@ static int sdp_fp16_chunks(const fp16_scratch* scratch, const resolved_op* r,
   return 1;
 }
 
-/* An FP16 run of one SDP, halves in and out (unless an observer watches it: it sees each step
- * widened). 1 when it ran (*status its result). */
+/* An FP16 run of one SDP, halves in and out. 1 when it ran (*status its result). */
 static int sdp_fp16_alone(const fp16_scratch* scratch, const resolved_chain* chain,
                           const accel_tensor* input, const accel_tensor* output,
                           accel_status* status) {
-  if (chain->num_ops != 1 || chain->ops[0].op->engine != ACCEL_ENGINE_SDP || observing()) {
-    return 0;
-  }
+  if (chain->num_ops != 1 || chain->ops[0].op->engine != ACCEL_ENGINE_SDP) return 0;
   const sdp_f16_input in = {.halves = input->data};
   return sdp_fp16_chunks(scratch, &chain->ops[0], in, output->data, status);
+}
+
+/* Whether the chain is a direct CONV on feature data and the SDP after it (its epilogue). */
+static int direct_conv_then_sdp(const resolved_chain* chain) {
+  const accel_op* conv = chain->ops[0].op;
+  return chain->num_ops == 2 && conv->engine == ACCEL_ENGINE_CONV &&
+         conv->conv.mode == ACCEL_CONV_DIRECT && chain->ops[0].conv.pixel_bytes == 0 &&
+         chain->ops[1].op->engine == ACCEL_ENGINE_SDP;
 }
 
 /* An FP16 run of a direct CONV whose weights are data (none packed: attention's products) and
@@ -95,10 +100,7 @@ static int conv_fp16_kept(const fp16_scratch* scratch, const resolved_chain* cha
                           const accel_tensor* input, const accel_tensor* output,
                           accel_status* status) {
   const resolved_op* r = &chain->ops[0];
-  if (chain->num_ops != 2 || r->op->engine != ACCEL_ENGINE_CONV ||
-      chain->ops[1].op->engine != ACCEL_ENGINE_SDP || observing()) {
-    return 0;
-  }
+  if (!direct_conv_then_sdp(chain)) return 0;
   const accel_conv_desc* d = &r->op->conv;
   const conv_geometry* g = &r->conv;
   const int64_t in_count = (int64_t)g->n * g->c * g->h * g->w;
@@ -107,7 +109,7 @@ static int conv_fp16_kept(const fp16_scratch* scratch, const resolved_chain* cha
   const size_t data_bytes = (size_t)in_count * sizeof(uint16_t);
   const size_t weight_bytes = (size_t)weight_count * sizeof(uint16_t);
   const int64_t macs = acc_count * (g->c / g->groups) * g->kernel_h * g->kernel_w;
-  if (d->weights_packed != NULL || d->mode != ACCEL_CONV_DIRECT || g->pixel_bytes != 0 ||
+  if (d->weights_packed != NULL ||
       data_bytes + weight_bytes + (size_t)acc_count * sizeof(float) >
           KEPT_ACCUMULATORS_MAX_BYTES ||
       macs < KEPT_ACCUMULATORS_MIN_MACS * (in_count + weight_count)) {
@@ -146,11 +148,7 @@ static int conv_fp16_replicated(const fp16_scratch* scratch, const resolved_chai
                                 const accel_tensor* input, const accel_tensor* output,
                                 accel_status* status) {
   const resolved_op* r = &chain->ops[0];
-  if (chain->num_ops != 2 || r->op->engine != ACCEL_ENGINE_CONV ||
-      chain->ops[1].op->engine != ACCEL_ENGINE_SDP || observing() ||
-      r->op->conv.weights_packed == NULL || r->op->conv.mode != ACCEL_CONV_DIRECT) {
-    return 0;
-  }
+  if (!direct_conv_then_sdp(chain) || r->op->conv.weights_packed == NULL) return 0;
   const conv_geometry* g = &r->conv;
   if (!conv_f16_packed_same_filters(r->op->conv.weights_packed) || !conv_f32_replicates(g)) {
     return 0;
@@ -176,6 +174,7 @@ static int conv_fp16_replicated(const fp16_scratch* scratch, const resolved_chai
 int fp16_run_shorter(const fp16_scratch* scratch, const resolved_chain* chain,
                      const accel_tensor* input, const accel_tensor* output,
                      accel_status* status) {
+  if (observing()) return 0; /* an observer sees each step widened: the general way */
   return sdp_fp16_alone(scratch, chain, input, output, status) ||
          conv_fp16_kept(scratch, chain, input, output, status) ||
          conv_fp16_replicated(scratch, chain, input, output, status);

@@ -3,21 +3,18 @@ C -> C, sim/decompose.py's sum_broadcast) computes its first filter and copies i
 (conv/f32_impls.c's conv_replicated): every output is still the reference's bits, with the
 epilogue per channel after the copy, fused and independent, in fp32 and fp16. Each case runs
 in a child process with ACCEL_VERBOSE=1 (read once per process), which says which path ran."""
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from accel_codegen.sim import reference as ref
 from accel_codegen.sim import Conv, Sdp
+from conftest import run_verbose_child
 
 CHILD = r"""
 import json, sys
 import numpy as np
-sys.path.insert(0, ".")
+sys.path[:0] = [".", ".."]  # the test module, and the conftest it imports
 from test_conv_replicated import chain_of
 from accel_codegen.sim import Device
 dev = Device(num_threads=2)
@@ -60,17 +57,16 @@ def chain_of(n, c, h, w, k, kernel, padding, precision, act, same, mode_index=0,
     return chain, x, ("fused", "independent")[mode_index]
 
 
+def _conv_lines(cases):
+    """The cases run in a child with ACCEL_VERBOSE=1: its CONV lines in order, its outputs."""
+    lines, values = run_verbose_child(CHILD, cases, Path(__file__).parent)
+    return iter([line for line in lines if line.startswith("accel_verbose,conv")]), values
+
+
 def test_replicated_filters_give_the_references_bits_through_the_shortcut():
     cases = [case + (mode,) for case in CASES for mode in (0, 1)]
-    environ = {k: v for k, v in os.environ.items() if k != "ACCEL_CONV_IMPL"}
-    environ["ACCEL_VERBOSE"] = "1"
-    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)],
-                            capture_output=True, text=True, env=environ,
-                            cwd=Path(__file__).parent)
-    assert result.returncode == 0, result.stderr[-3000:]
-    verbose = iter([line for line in result.stderr.splitlines()
-                    if line.startswith("accel_verbose,conv")])
-    for case, value in zip(cases, json.loads(result.stdout)):
+    verbose, values = _conv_lines(cases)
+    for case, value in zip(cases, values):
         line = next(verbose)
         # an FP16 CONV whose weights are not packed keeps its accumulators: the second mode's
         # run of the same convolution takes them (runtime/src/accumulators.c)
@@ -93,15 +89,8 @@ def test_packed_fp16_replicated_filters_run_one_filter_into_the_sdp():
     fp16 = [case for case in CASES if case[7] == "fp16"]
     differing = [fp16[0][:-1] + (False,)]
     cases = [case + (mode, True) for case in fp16 + differing for mode in (0, 1)]
-    environ = {k: v for k, v in os.environ.items() if k != "ACCEL_CONV_IMPL"}
-    environ["ACCEL_VERBOSE"] = "1"
-    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)],
-                            capture_output=True, text=True, env=environ,
-                            cwd=Path(__file__).parent)
-    assert result.returncode == 0, result.stderr[-3000:]
-    verbose = iter([line for line in result.stderr.splitlines()
-                    if line.startswith("accel_verbose,conv")])
-    for case, value in zip(cases, json.loads(result.stdout)):
+    verbose, values = _conv_lines(cases)
+    for case, value in zip(cases, values):
         line = next(verbose)
         assert ",replicated," not in line, (case, line)
         assert ("oc1_" in line) == case[9], (case, line)

@@ -5,21 +5,18 @@ P V products twice. Every run's output is the reference's bits, whatever was kep
 of one input value or one weight, another geometry, or an entry pushed out by 16 others is a
 new convolution. Runs in a child process with ACCEL_VERBOSE=1 (read once per process), whose
 lines say which runs took kept accumulators."""
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from accel_codegen.sim import Conv, Sdp
 from accel_codegen.sim import reference as ref
+from conftest import run_verbose_child
 
 CHILD = r"""
 import json, sys
 import numpy as np
-sys.path.insert(0, ".")
+sys.path[:0] = [".", ".."]  # the test module, and the conftest it imports
 from test_kept_accumulators import chain_of
 from accel_codegen.sim import Device
 dev = Device(num_threads=2)
@@ -68,21 +65,16 @@ def chain_of(seed, tokens, d, sdp, change):
 
 
 def test_kept_accumulators_give_the_references_bits():
-    environ = {k: v for k, v in os.environ.items() if k != "ACCEL_CONV_IMPL"}
-    environ["ACCEL_VERBOSE"] = "1"
-    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(CASES)],
-                            capture_output=True, text=True, env=environ,
-                            cwd=Path(__file__).parent)
-    assert result.returncode == 0, result.stderr[-3000:]
+    stderr, values = run_verbose_child(CHILD, CASES, Path(__file__).parent)
     runs, lines = [], []
-    for line in result.stderr.splitlines():
+    for line in stderr:
         if line == "accel_verbose,conv,run":
             runs.append(lines)
             lines = []
         elif line.startswith("accel_verbose,conv"):
             lines.append(line)
     assert len(runs) == len(CASES)
-    for case, kept, lines, value in zip(CASES, KEPT, runs, json.loads(result.stdout)):
+    for case, kept, lines, value in zip(CASES, KEPT, runs, values):
         assert any(",kept," in line for line in lines) == kept, (case, lines)
         assert len(lines) == 1, (case, lines)  # kept: no convolution
         chain, x = chain_of(*case)
