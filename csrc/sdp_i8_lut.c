@@ -320,9 +320,9 @@ static int bytes_build(const struct sdp_i8_lut_plan* P, sdp_i8_lut_bytes* B) {
     }
     /* a slot with no T in [1, 255]: the borrow's compare (sdp_i8_lut_bytes.hs's comment) */
     for (int k = 0; k < B->m; ++k) {
-      int low = 0;
-      for (int j = 0; j < 256; ++j) low |= B->f[2 + 3 * k][j] == 0 && B->f[1 + 3 * k][j] != 0;
-      if (!low) B->shape |= 1 << (16 + k);
+      int small = 0;
+      for (int j = 0; j < 256; ++j) small |= B->f[2 + 3 * k][j] == 0 && B->f[1 + 3 * k][j] != 0;
+      if (!small) B->shape |= 1 << (16 + k);
     }
   }
   /* checked where either form's code can change: the changes, the intervals' starts, the ends */
