@@ -180,7 +180,19 @@ typedef struct sdp_i8_lut_bytes {
    * no second permute and no blend (SiLU's second slot: five intervals of 115..181). */
   uint8_t jr[SDP_I8_LUT_BYTES_M], dlo[SDP_I8_LUT_BYTES_M], dhi[SDP_I8_LUT_BYTES_M];
   uint8_t w0[SDP_I8_LUT_BYTES_M];
-  /* bit k: dc[k] != 0; bit 4 + k: region D; bit 8 + k: window (sdp_i8_lut_bytes_core's S) */
+  /* Two more (session 27), for Intel cores, where a vpermi2b is two uops and a vpermb one:
+   * hashed (shape bit 12 + k): a slot with D by dc or region whose used entries (T != 0) are
+   * at most 64 and differ in j mod 64 (SiLU's second: five intervals), so hs[k][0] / [1] hold
+   * their T's low / high bytes at j mod 64 and hs[k][2] their j; T_k is then two vpermb of j
+   * (which reads j's low six bits) zeroed where hs[k][2] is not j: four uops where the window
+   * takes six, whatever the used entries' span;
+   * borrow (shape bit 16 + k): no entry of slot k has T in [1, 255] (high byte 0, low byte
+   * not), so o >= T is oh less the borrow (ol < tl), saturated, against th: the saturation
+   * errs only at oh = 0 = th < tl, which such a T rules out; three compares where the
+   * high-then-low compare takes four (sdp_i8_lut_bytes_core). */
+  uint8_t hs[SDP_I8_LUT_BYTES_M][3][64];
+  /* bit k: dc[k] != 0; bit 4 + k: region D; bit 8 + k: window; bit 12 + k: hashed; bit 16 + k:
+   * borrow (sdp_i8_lut_bytes_core's S) */
   int32_t shape;
   /* [0]: B; [1 + 3k]: T_k's low byte, [2 + 3k]: its high byte, [3 + 3k]: D_k */
   uint8_t f[1 + 3 * SDP_I8_LUT_BYTES_M][256];
@@ -507,13 +519,18 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lut_regs_at(const __
 
 /* The tables sdp_i8_lut_bytes_core reads with M slots and shortcuts S (both known, M <= 2),
  * into T (4 (1 + 3 M) vectors): a kernel keeps them in registers over its rows (its int8
- * stores could alias the tables, so the compiler would load them again for every 64 codes). */
+ * stores could alias the tables, so the compiler would load them again for every 64 codes).
+ * A hashed slot's three 64-byte tables go to T[4 (1 + 3k)], T[4 (2 + 3k)], T[4 (3 + 3k)]. */
 static inline __attribute__((always_inline)) void sdp_i8_lut_tables_to(const sdp_i8_lut_bytes* B,
                                                                        const int M, const int S,
                                                                        __m512i* T) {
   for (int q = 0; q < 4; ++q) T[q] = _mm512_loadu_si512(B->f[0] + 64 * q);
   for (int k = 0; k < M; ++k)
     for (int t = 1 + 3 * k; t < 4 + 3 * k; ++t) {
+      if ((S >> (12 + k)) & 1) { /* hashed */
+        T[4 * t] = _mm512_loadu_si512(B->hs[k][t - 1 - 3 * k]);
+        continue;
+      }
       if (t == 3 + 3 * k && (((S >> k) | (S >> (4 + k))) & 1)) continue; /* no D lookup */
       const int window = (S >> (8 + k)) & 1;
       for (int q = 0; q < (window ? 2 : 4); ++q)
@@ -554,7 +571,14 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes_core(
   __m512i code = SDP_I8_LUT_AT(0);
   for (int k = 0; k < bm; ++k) {
     __m512i tl, th, d;
-    if ((S >> (8 + k)) & 1) { /* a window: one permute a table */
+    if ((S >> (12 + k)) & 1) { /* hashed: one vpermb a table, zeroed where j is not its own */
+#define SDP_I8_LUT_HS(i) (T != NULL ? T[4 * (1 + i + 3 * k)] : _mm512_loadu_si512(B->hs[k][i]))
+      const __mmask64 own = _mm512_cmpeq_epi8_mask(_mm512_permutexvar_epi8(j, SDP_I8_LUT_HS(2)), j);
+      tl = _mm512_maskz_permutexvar_epi8(own, j, SDP_I8_LUT_HS(0));
+      th = _mm512_maskz_permutexvar_epi8(own, j, SDP_I8_LUT_HS(1));
+#undef SDP_I8_LUT_HS
+      d = _mm512_setzero_si512(); /* dc or region: below */
+    } else if ((S >> (8 + k)) & 1) { /* a window: one permute a table */
       const __m512i jw = _mm512_sub_epi8(j, _mm512_set1_epi8((char)B->w0[k]));
       const __mmask64 in = _mm512_cmplt_epu8_mask(jw, _mm512_set1_epi8((char)128));
 #define SDP_I8_LUT_WIN(t) \
@@ -575,9 +599,15 @@ static inline __attribute__((always_inline)) __m512i sdp_i8_lut_bytes_core(
                                  _mm512_set1_epi8((char)B->dlo[k]),
                                  _mm512_set1_epi8((char)B->dhi[k]));
 #undef SDP_I8_LUT_AT
-    /* o >= T: the high bytes above, or equal and the low bytes at least */
-    const __mmask64 pass = _mm512_cmpgt_epu8_mask(oh, th) |
-                           _mm512_mask_cmpge_epu8_mask(_mm512_cmpeq_epi8_mask(oh, th), ol, tl);
+    /* o >= T: the high bytes above, or equal and the low bytes at least; with the borrow
+     * shortcut, oh less (ol < tl), saturated, at least th (sdp_i8_lut_bytes.hs's comment) */
+    const __mmask64 pass =
+        (S >> (16 + k)) & 1
+            ? _mm512_cmpge_epu8_mask(_mm512_mask_subs_epu8(oh, _mm512_cmplt_epu8_mask(ol, tl), oh,
+                                                           _mm512_set1_epi8(1)),
+                                     th)
+            : _mm512_cmpgt_epu8_mask(oh, th) |
+                  _mm512_mask_cmpge_epu8_mask(_mm512_cmpeq_epi8_mask(oh, th), ol, tl);
     code = _mm512_mask_add_epi8(code, pass, code, d);
   }
   for (int i = 0; i < bg; ++i)

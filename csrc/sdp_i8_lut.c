@@ -293,6 +293,37 @@ static int bytes_build(const struct sdp_i8_lut_plan* P, sdp_i8_lut_bytes* B) {
       B->shape |= 1 << (8 + k);
     }
     for (int k = 0; k < B->m; ++k) B->shape |= (B->dc[k] != 0) << k;
+    /* a slot with no D lookup whose used entries differ in j mod 64: hashed (SiLU's second
+     * slot: its five intervals span 67, past one vpermb's 64); the positions no used entry
+     * takes keep T 0 with their own interval, j = that position, itself unused (a used one
+     * would be there) */
+    for (int k = 0; k < B->m; ++k) {
+      if (!((B->shape >> k) & 1) && !((B->shape >> (4 + k)) & 1)) continue;
+      int taken = 1;
+      for (int h = 0; h < 64; ++h) B->hs[k][2][h] = (uint8_t)h;
+      uint64_t at = 0;
+      for (int j = 0; j < 256 && taken; ++j) {
+        if ((B->f[1 + 3 * k][j] | B->f[2 + 3 * k][j]) == 0) continue;
+        taken = !((at >> (j & 63)) & 1);
+        at |= (uint64_t)1 << (j & 63);
+        B->hs[k][0][j & 63] = B->f[1 + 3 * k][j];
+        B->hs[k][1][j & 63] = B->f[2 + 3 * k][j];
+        B->hs[k][2][j & 63] = (uint8_t)j;
+      }
+      for (int j = 0; j < 256 && taken; ++j) { /* the kernels' lookup, checked at every j */
+        const int own = B->hs[k][2][j & 63] == j;
+        taken = (own ? B->hs[k][0][j & 63] : 0) == B->f[1 + 3 * k][j] &&
+                (own ? B->hs[k][1][j & 63] : 0) == B->f[2 + 3 * k][j];
+      }
+      if (taken) B->shape |= 1 << (12 + k);
+      else memset(B->hs[k], 0, sizeof(B->hs[k]));
+    }
+    /* a slot with no T in [1, 255]: the borrow's compare (sdp_i8_lut_bytes.hs's comment) */
+    for (int k = 0; k < B->m; ++k) {
+      int small = 0;
+      for (int j = 0; j < 256; ++j) small |= B->f[2 + 3 * k][j] == 0 && B->f[1 + 3 * k][j] != 0;
+      if (!small) B->shape |= 1 << (16 + k);
+    }
   }
   /* checked where either form's code can change: the changes, the intervals' starts, the ends */
   const int64_t bottom = (int64_t)P->t_lo - B->origin, top = (int64_t)P->t_hi - B->origin;

@@ -477,11 +477,13 @@ static inline __attribute__((always_inline)) void panel_step_lut_bytes(
 /* The byte tables' shapes the kernels have unrolled (M slots, one outside threshold, the
  * shortcuts S of sdp_i8_lut_bytes.shape they take): sigmoid's (one slot of one size of change),
  * hardswish's (one slot, D in two regions of j), SiLU's (two: D in two regions, then a slot of
- * one size in a window), and the same without the shortcuts the tables of other scales may
- * lack. */
-#define LUT_SHAPE_OF(M_, S_) ((M_) << 12 | (S_))
+ * one size, hashed), each with the borrow's compare (bits 16 + k) first, and the same without
+ * the shortcuts the tables of other scales may lack (SiLU's window where its slot is not
+ * hashed). A hashed slot's bit goes with its dc or region bit (its D is not looked up). */
+#define LUT_SHAPE_OF(M_, S_) ((M_) << 24 | (S_))
 #define LUT_SHAPES                                                                              \
-  LUT_SHAPE(1, 0x001) LUT_SHAPE(1, 0x010) LUT_SHAPE(1, 0x000) LUT_SHAPE(2, 0x212)              \
+  LUT_SHAPE(1, 0x10001) LUT_SHAPE(1, 0x10010) LUT_SHAPE(2, 0x32012) LUT_SHAPE(1, 0x001)        \
+  LUT_SHAPE(1, 0x010) LUT_SHAPE(1, 0x000) LUT_SHAPE(2, 0x212)                                 \
   LUT_SHAPE(2, 0x012) LUT_SHAPE(2, 0x002) LUT_SHAPE(2, 0x000)
 
 /* The unrolled shape (LUT_SHAPE_OF) that byte tables B run through: the first of LUT_SHAPES

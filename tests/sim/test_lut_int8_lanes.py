@@ -719,7 +719,8 @@ def test_the_byte_form_in_depthwise_layers(act, size, monkeypatch):
 #: (act, output scale, output zero): the compiler's tables at scales whose byte tables take each
 #: of the kernels' unrolled shapes (conv/i8.h's LUT_SHAPES: sigmoid's slot of one size,
 #: hardswish's slot with D in two regions of j, SiLU's two slots, the second in a window of 128
-#: intervals) and some that do not (the loops over the slots)
+#: intervals and hashed by j mod 64, or not hashed; each with and without the borrow's compare)
+#: and some that do not (the loops over the slots)
 SHAPE_CASES = [("silu", 0.05, -20), ("silu", 0.03, -10), ("silu", 0.1, -5), ("silu", 0.02, -40),
                ("hardswish", 0.05, -10), ("hardswish", 0.02, -20), ("sigmoid", 0.05, -10),
                ("sigmoid", 0.004, -128), ("mish", 0.05, -20)]
@@ -769,7 +770,8 @@ def test_the_byte_table_shapes_through_the_conv_epilogues(case, kind, monkeypatc
 
 def test_the_shapes_cases_reach_every_unrolled_shape(tmp_path):
     """SHAPE_CASES' tables (ACCEL_VERBOSE's lut_plan lines, _sS: sdp_i8_lut_bytes.shape) take
-    each unrolled shape with a shortcut on a VBMI host, and some take none; without VBMI no
+    the compiler's unrolled shapes with their shortcuts on a VBMI host (hashed slots and
+    borrows since session 27), some lack one or the other, and some take none; without VBMI no
     plan has byte tables (_bytes-1)."""
     lines = _verbose(tmp_path, "for case in m.SHAPE_CASES:\n"
                                "    chain, x = m._shape_case(*case, '1x1-4', np.random.default_rng(0))\n"
@@ -782,7 +784,12 @@ def test_the_shapes_cases_reach_every_unrolled_shape(tmp_path):
     if not _has_vbmi():
         assert all(m == -1 for m, _, _ in shapes), lines
         return
-    assert (2, 1, 0x212) in shapes, lines  # SiLU's: region D, then a window of one size
-    assert (1, 1, 0x10) in shapes, lines  # hardswish's: region D
-    assert (1, 1, 0x1) in shapes, lines  # sigmoid's: one size
+    # SiLU's: region D, then a slot of one size in a window and hashed; both slots' borrows
+    assert (2, 1, 0x32212) in shapes, lines
+    assert (1, 1, 0x10010) in shapes, lines  # hardswish's: region D, the borrow
+    assert (1, 1, 0x10001) in shapes, lines  # sigmoid's: one size, the borrow
     assert any(s & 0x100 == 0 and m == 2 for m, _, s in shapes), lines  # two slots, no window
+    # a window whose entries collide in j mod 64 (not hashed: the 0x212 shape), a slot with a
+    # threshold in [1, 255] (no borrow)
+    assert any(m == 2 and s & 0x2200 == 0x200 for m, _, s in shapes), lines
+    assert any(m >= 1 and s & 0x10000 == 0 for m, _, s in shapes), lines
